@@ -1,0 +1,273 @@
+"""Deterministic finite automata over an explicit integer alphabet, held in numpy arrays.
+
+A ``DFA`` has states ``0 .. num_states-1`` and symbols ``0 .. num_symbols-1``. Invariants:
+- ``transitions`` is int32 ``[num_states, num_symbols]``; ``MISSING`` (-1) marks an absent edge (the DFA is
+  partial: a missing edge rejects).
+- ``accepting`` is bool ``[num_states]``; ``start`` is a valid state.
+- ``alphabet`` names what the symbols are (bytes or characters); it only matters for labels and for
+  turning strings into symbol sequences.
+
+Operations return new DFAs; nothing mutates in place. Trimming, minimisation and products are vectorised
+over states; Python loops run over BFS layers or refinement rounds, never over (state, symbol) pairs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from automata.errors import StateLimitError
+
+__all__ = ["DFA", "Alphabet", "MISSING"]
+
+MISSING = -1
+
+
+@dataclass(frozen=True)
+class Alphabet:
+    """What the integer symbols stand for: ``kind`` is ``"bytes"`` (symbol i is byte i) or ``"chars"``
+    (symbol i is ``chars[i]``)."""
+
+    kind: str
+    chars: tuple[str, ...] = ()
+
+    @staticmethod
+    def bytes() -> "Alphabet":
+        return Alphabet("bytes")
+
+    @staticmethod
+    def of_chars(chars: Iterable[str]) -> "Alphabet":
+        unique = tuple(dict.fromkeys(chars))
+        if any(len(c) != 1 for c in unique):
+            raise ValueError("a character alphabet holds single characters")
+        return Alphabet("chars", unique)
+
+    @property
+    def size(self) -> int:
+        return 256 if self.kind == "bytes" else len(self.chars)
+
+    def label(self, symbol: int) -> str:
+        """A readable name of one symbol (printable characters as themselves, others escaped)."""
+        if self.kind == "bytes":
+            return chr(symbol) if 0x21 <= symbol < 0x7F else f"\\x{symbol:02x}"
+        c = self.chars[symbol]
+        return c if c.isprintable() and not c.isspace() else repr(c)[1:-1]
+
+    def encode(self, text: str) -> list[int] | None:
+        """The symbol sequence of ``text``, or None if it uses a character outside the alphabet."""
+        if self.kind == "bytes":
+            try:
+                return list(text.encode("utf-8"))
+            except UnicodeEncodeError:  # lone surrogates have no UTF-8 form
+                return None
+        index = {c: i for i, c in enumerate(self.chars)}
+        out = []
+        for c in text:
+            if c not in index:
+                return None
+            out.append(index[c])
+        return out
+
+
+@dataclass(frozen=True, eq=False)
+class DFA:
+    transitions: np.ndarray
+    accepting: np.ndarray
+    start: int
+    alphabet: Alphabet
+
+    def __post_init__(self) -> None:
+        t, a = self.transitions, self.accepting
+        if t.ndim != 2 or t.dtype != np.int32:
+            raise ValueError("transitions must be a 2-d int32 array")
+        if a.shape != (t.shape[0],) or a.dtype != bool:
+            raise ValueError("accepting must be a bool array with one entry per state")
+        if t.shape[1] != self.alphabet.size:
+            raise ValueError(f"transitions have {t.shape[1]} symbols, alphabet has {self.alphabet.size}")
+        if not 0 <= self.start < t.shape[0]:
+            raise ValueError("start state out of range")
+        if t.size and (t.min() < MISSING or t.max() >= t.shape[0]):
+            raise ValueError("a transition targets a state that does not exist")
+
+    @property
+    def num_states(self) -> int:
+        return self.transitions.shape[0]
+
+    @property
+    def num_symbols(self) -> int:
+        return self.transitions.shape[1]
+
+    @property
+    def num_transitions(self) -> int:
+        return int((self.transitions != MISSING).sum())
+
+    # ----------------------------------------------------------------------------------------- running
+
+    def run(self, symbols: Sequence[int], state: int | None = None) -> int:
+        """The state after reading ``symbols`` from ``state`` (default: start), or MISSING if rejected on the way."""
+        s = self.start if state is None else state
+        for x in symbols:
+            if not 0 <= x < self.num_symbols:
+                return MISSING
+            s = int(self.transitions[s, x])
+            if s == MISSING:
+                return MISSING
+        return s
+
+    def accepts(self, sequence: Sequence[int] | str) -> bool:
+        """Whether the DFA accepts a symbol sequence (or a string, encoded through the alphabet)."""
+        if isinstance(sequence, str):
+            encoded = self.alphabet.encode(sequence)
+            if encoded is None:
+                return False
+            sequence = encoded
+        s = self.run(sequence)
+        return s != MISSING and bool(self.accepting[s])
+
+    # ----------------------------------------------------------------------------------------- structure
+
+    def reachable(self) -> np.ndarray:
+        """bool[num_states]: states reachable from the start."""
+        seen = np.zeros(self.num_states, dtype=bool)
+        seen[self.start] = True
+        frontier = np.array([self.start])
+        while frontier.size:
+            nxt = self.transitions[frontier].ravel()
+            nxt = np.unique(nxt[nxt != MISSING])
+            frontier = nxt[~seen[nxt]]
+            seen[frontier] = True
+        return seen
+
+    def coreachable(self) -> np.ndarray:
+        """bool[num_states]: states from which an accepting state can be reached (backward BFS over a CSR
+        predecessor index)."""
+        src, sym = np.nonzero(self.transitions != MISSING)
+        dst = self.transitions[src, sym]
+        order = np.argsort(dst, kind="stable")
+        src = src[order]
+        starts = np.searchsorted(dst[order], np.arange(self.num_states + 1))
+        seen = self.accepting.copy()
+        frontier = np.flatnonzero(seen)
+        while frontier.size:
+            preds = np.unique(src[_ranges(starts[frontier], starts[frontier + 1])])
+            frontier = preds[~seen[preds]]
+            seen[frontier] = True
+        return seen
+
+    def _restrict(self, keep: np.ndarray) -> "DFA":
+        """The DFA on the states where ``keep`` holds (the start state must be kept), renumbered in order."""
+        new_id = np.full(self.num_states + 1, MISSING, dtype=np.int32)  # index -1 maps MISSING to MISSING
+        new_id[np.flatnonzero(keep)] = np.arange(int(keep.sum()), dtype=np.int32)
+        table = new_id[self.transitions[keep]]
+        return DFA(table.astype(np.int32), self.accepting[keep].copy(), int(new_id[self.start]), self.alphabet)
+
+    def trim(self) -> "DFA":
+        """Keep only useful states: reachable from the start and co-reachable to acceptance.
+
+        If the language is empty the result is the one-state DFA with no accepting state.
+        """
+        useful = self.reachable() & self.coreachable()
+        if not useful[self.start]:
+            return DFA(np.full((1, self.num_symbols), MISSING, np.int32), np.zeros(1, bool), 0, self.alphabet)
+        return self._restrict(useful)
+
+    def is_empty(self) -> bool:
+        return not bool(self.coreachable()[self.start])
+
+    def minimise(self) -> "DFA":
+        """The minimal trim DFA of the same language (Moore's partition refinement, vectorised).
+
+        States start split by acceptance; each round splits blocks by the blocks their successors fall in,
+        until no block splits. A missing edge is its own block (-1), which is exactly the implicit dead state.
+        """
+        dfa = self.trim()
+        t = dfa.transitions
+        _, block = np.unique(dfa.accepting, return_inverse=True)
+        block = block.ravel().astype(np.int64)
+        num_blocks = int(block.max()) + 1
+        while True:
+            succ = np.where(t == MISSING, -1, block[np.maximum(t, 0)])
+            signature = np.concatenate([block[:, None], succ], axis=1)
+            _, new_block = np.unique(signature, axis=0, return_inverse=True)
+            new_block = new_block.ravel()
+            count = int(new_block.max()) + 1
+            if count == num_blocks:
+                break
+            block, num_blocks = new_block, count
+        # Renumber blocks in BFS order from the start, so the output is canonical and readable.
+        rep = np.zeros(num_blocks, dtype=np.int64)
+        rep[block] = np.arange(dfa.num_states)
+        table = np.where(t[rep] == MISSING, MISSING, block[np.maximum(t[rep], 0)]).astype(np.int32)
+        out = DFA(table, dfa.accepting[rep].copy(), int(block[dfa.start]), dfa.alphabet)
+        return out._bfs_renumbered()
+
+    def _bfs_renumbered(self) -> "DFA":
+        order = [self.start]
+        index = {self.start: 0}
+        for s in order:
+            for nxt in self.transitions[s]:
+                n = int(nxt)
+                if n != MISSING and n not in index:
+                    index[n] = len(order)
+                    order.append(n)
+        perm = np.array(order)
+        new_id = np.full(self.num_states + 1, MISSING, dtype=np.int32)
+        new_id[perm] = np.arange(len(perm), dtype=np.int32)
+        return DFA(new_id[self.transitions[perm]].astype(np.int32), self.accepting[perm].copy(), 0, self.alphabet)
+
+    def intersect(self, other: "DFA", *, max_states: int = 1_000_000) -> "DFA":
+        """The product DFA accepting the strings both accept. Only pairs reachable from the start pair are
+        built, one BFS layer at a time; a pair (a, b) is coded as a * other.num_states + b."""
+        if self.alphabet != other.alphabet:
+            raise ValueError("cannot intersect DFAs over different alphabets")
+        n2 = other.num_states
+        known = np.array([self.start * n2 + other.start], dtype=np.int64)  # pair codes, in id order
+        layer = known.copy()
+        layer_codes = []
+        while layer.size:
+            ta, tb = self.transitions[layer // n2], other.transitions[layer % n2]
+            codes = np.where((ta != MISSING) & (tb != MISSING), ta.astype(np.int64) * n2 + tb, -1)
+            layer_codes.append(codes)
+            fresh = np.setdiff1d(codes[codes >= 0], known)  # sorted, unique
+            known = np.concatenate([known, fresh])
+            if known.size > max_states:
+                raise StateLimitError(f"product automaton exceeds {max_states} states")
+            layer = fresh
+        order = np.argsort(known)
+        codes = np.concatenate(layer_codes)
+        ids = order[np.searchsorted(known, np.maximum(codes, 0), sorter=order)]
+        table = np.where(codes >= 0, ids, MISSING).astype(np.int32)
+        accepting = self.accepting[known // n2] & other.accepting[known % n2]
+        return DFA(table, accepting, 0, self.alphabet)
+
+    def strings(self, max_count: int = 100_000) -> list[list[int]]:
+        """All accepted symbol sequences of a finite language (raises ValueError if infinite or too many)."""
+        dfa = self.trim()
+        if dfa.is_empty():
+            return []
+        out: list[list[int]] = []
+        stack: list[tuple[int, list[int], frozenset[int]]] = [(dfa.start, [], frozenset([dfa.start]))]
+        while stack:
+            s, path, on_path = stack.pop()
+            if dfa.accepting[s]:
+                out.append(path)
+                if len(out) > max_count:
+                    raise ValueError(f"language has more than {max_count} strings")
+            for x in np.flatnonzero(dfa.transitions[s] != MISSING)[::-1]:
+                n = int(dfa.transitions[s, x])
+                if n in on_path:
+                    raise ValueError("language is infinite")
+                stack.append((n, path + [int(x)], on_path | {n}))
+        return out
+
+
+def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(lo[i], hi[i])`` for all i, without a Python loop."""
+    lengths = hi - lo
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    offsets = np.repeat(lo - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
+    return np.arange(total) + offsets

@@ -1,0 +1,512 @@
+"""Read a BPE tokenizer from any common format into one ``bpe.model.Tokenizer``.
+
+Sources: a ``tokenizer.json`` path (or a directory holding one, or GPT-2's ``encoder.json``/``vocab.bpe``
+pair), a ``tokenizers.Tokenizer``, a transformers fast tokenizer, a tiktoken rank file (merges derived by
+replaying ranks), a GGUF file's vocabulary, a SentencePiece BPE ``.model``.
+
+Only what decides tokenization is kept. Anything that changes it in a way canonmerge does not model
+(WordPiece/Unigram models, lower-casing normalisers, Metaspace pre-tokenizers, suffix/prefix conventions)
+raises ``UnsupportedTokenizerError`` naming the construct, rather than being silently ignored.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bpe.errors import TokenizerError, UnsupportedTokenizerError
+from bpe.model import GPT2_PATTERN, SplitRule, Tokenizer, bytes_to_unicode
+
+__all__ = ["load_tokenizer", "to_runtime_tokenizer"]
+
+# Names of special tokens that end generation, used when the source does not say which one is EOS.
+_EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>")
+
+# Pre-tokenizer regexes by the names llama.cpp writes into GGUF files (tokenizer.ggml.pre) and by the
+# tiktoken encoding names. Each entry is the list of Split rules applied in order.
+_LLAMA3_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_QWEN2_PATTERN = _LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+_CL100K_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_NAMED_PRE_TOKENIZERS: dict[str, tuple[tuple[SplitRule, ...], bool]] = {
+    # name: (split rules, ignore_merges)
+    "gpt-2": ((SplitRule(GPT2_PATTERN),), False),
+    "default": ((SplitRule(GPT2_PATTERN),), False),
+    "llama-bpe": ((SplitRule(_LLAMA3_PATTERN),), True),
+    "llama3": ((SplitRule(_LLAMA3_PATTERN),), True),
+    "qwen2": ((SplitRule(_QWEN2_PATTERN),), False),
+    "smollm": ((SplitRule(r"\p{N}"), SplitRule(GPT2_PATTERN)), False),
+    "r50k_base": ((SplitRule(GPT2_PATTERN),), False),
+    "gpt2": ((SplitRule(GPT2_PATTERN),), False),
+    "cl100k_base": ((SplitRule(_CL100K_PATTERN),), False),
+}
+# Special tokens that tiktoken adds after the rank file, by encoding name.
+_TIKTOKEN_SPECIALS = {
+    "gpt2": {"<|endoftext|>": 50256},
+    "r50k_base": {"<|endoftext|>": 50256},
+    "cl100k_base": {
+        "<|endoftext|>": 100257,
+        "<|fim_prefix|>": 100258,
+        "<|fim_middle|>": 100259,
+        "<|fim_suffix|>": 100260,
+        "<|endofprompt|>": 100276,
+    },
+}
+
+
+def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_tokenizer: str | None = None) -> Tokenizer:
+    """Load a BPE tokenizer from a path, a ``tokenizers.Tokenizer`` or a transformers fast tokenizer.
+
+    ``eos_token_ids`` overrides the end-of-sequence ids found in (or guessed from) the source.
+    ``pre_tokenizer`` names the pre-tokenizer (``gpt2``, ``cl100k_base``, ``llama-bpe``, …) for formats
+    that do not carry it, i.e. tiktoken files whose name does not tell.
+    """
+    if hasattr(source, "backend_tokenizer"):  # transformers PreTrainedTokenizerFast
+        eos = eos_token_ids
+        if eos is None and getattr(source, "eos_token_id", None) is not None:
+            eos = [int(source.eos_token_id)]
+        return _from_json_dict(json.loads(source.backend_tokenizer.to_str()), eos)
+    if type(source).__module__.startswith("tokenizers") and hasattr(source, "to_str"):
+        return _from_json_dict(json.loads(source.to_str()), eos_token_ids)
+    if not isinstance(source, (str, Path)):
+        raise TokenizerError(f"cannot load a tokenizer from a {type(source).__name__}")
+    path = Path(source)
+    if not path.exists():
+        raise TokenizerError(f"tokenizer source {str(path)!r} does not exist")
+    if path.is_dir():
+        if (path / "tokenizer.json").exists():
+            path = path / "tokenizer.json"
+        elif (path / "encoder.json").exists() and (path / "vocab.bpe").exists():
+            return _from_json_dict(_gpt2_files_to_json(path / "encoder.json", path / "vocab.bpe"), eos_token_ids)
+        else:
+            raise TokenizerError(f"directory {str(path)!r} has no tokenizer.json (nor encoder.json + vocab.bpe)")
+    name = path.name
+    if name.endswith(".tiktoken"):
+        return _from_tiktoken(path, eos_token_ids, pre_tokenizer)
+    if name.endswith(".gguf"):
+        return _from_gguf(path, eos_token_ids)
+    if ".model" in name:
+        return _from_sentencepiece(path, eos_token_ids)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TokenizerError(f"{str(path)!r} is not valid tokenizer JSON: {exc}") from exc
+    if not isinstance(data, dict) or "model" not in data:
+        raise TokenizerError(f"{str(path)!r} is JSON but not a tokenizer.json (no 'model' entry)")
+    return _from_json_dict(data, eos_token_ids)
+
+
+# --------------------------------------------------------------------------------------------- tokenizer.json
+
+
+def _parse_normalizer(spec: dict | None) -> tuple[tuple[str, ...], ...]:
+    if spec is None:
+        return ()
+    kind = spec.get("type")
+    if kind == "Sequence":
+        return tuple(step for sub in spec["normalizers"] for step in _parse_normalizer(sub))
+    if kind in ("NFC", "NFKC", "NFD", "NFKD"):
+        return ((kind.lower(),),)
+    if kind == "Prepend":
+        return (("prepend", spec["prepend"]),)
+    if kind == "Replace":
+        pattern = spec["pattern"]
+        if "String" not in pattern:
+            raise UnsupportedTokenizerError(f"Replace normaliser with a regex pattern {pattern!r} is not supported")
+        return (("replace", pattern["String"], spec["content"]),)
+    raise UnsupportedTokenizerError(f"normaliser {kind!r} is not supported (supported: NFC/NFKC/NFD/NFKD, Prepend, Replace)")
+
+
+def _parse_pre_tokenizer(spec: dict | None) -> tuple[tuple[SplitRule, ...], bool]:
+    """Split rules, and whether the vocabulary is byte-level."""
+    if spec is None:
+        return (), False
+    kind = spec.get("type")
+    if kind == "Sequence":
+        rules: list[SplitRule] = []
+        byte_level = False
+        for sub in spec["pretokenizers"]:
+            sub_rules, sub_bytes = _parse_pre_tokenizer(sub)
+            rules.extend(sub_rules)
+            byte_level |= sub_bytes
+        return tuple(rules), byte_level
+    if kind == "ByteLevel":
+        if spec.get("add_prefix_space"):
+            raise UnsupportedTokenizerError("ByteLevel pre-tokenizer with add_prefix_space=true is not supported")
+        return ((SplitRule(GPT2_PATTERN),) if spec.get("use_regex", True) else ()), True
+    if kind == "Split":
+        pattern = spec["pattern"]
+        if "Regex" in pattern:
+            regex = pattern["Regex"]
+        else:
+            import re
+
+            regex = re.escape(pattern["String"])
+        behavior = spec.get("behavior", "Isolated")
+        snake = {"Isolated": "isolated", "Removed": "removed", "MergedWithPrevious": "merged_with_previous",
+                 "MergedWithNext": "merged_with_next", "Contiguous": "contiguous"}.get(behavior)
+        if snake is None:
+            raise UnsupportedTokenizerError(f"Split behavior {behavior!r} is not supported")
+        return (SplitRule(regex, snake, bool(spec.get("invert", False))),), False
+    if kind == "Digits":
+        return (SplitRule(r"\p{N}" if spec.get("individual_digits") else r"\p{N}+"),), False
+    raise UnsupportedTokenizerError(
+        f"pre-tokenizer {kind!r} is not supported (supported: ByteLevel, Split, Digits, Sequence of these)"
+    )
+
+
+def _token_bytes_of(strings: list[str | None], byte_level: bool, byte_fallback: bool,
+                    normalizer: tuple[tuple[str, ...], ...], special: set[int]) -> list[bytes | None]:
+    decoder = {c: b for b, c in bytes_to_unicode().items()}
+    # Undo the normaliser's replacements (SentencePiece style: "▁" stands for a space).
+    replacements = [(step[2], step[1]) for step in normalizer if step[0] == "replace"]
+    out: list[bytes | None] = []
+    for i, s in enumerate(strings):
+        if s is None or i in special:
+            out.append(None)
+        elif byte_level:
+            try:
+                out.append(bytes(decoder[c] for c in s))
+            except KeyError as exc:
+                raise TokenizerError(f"token {i} {s!r} is not in the byte-level alphabet") from exc
+        elif byte_fallback and len(s) == 6 and s.startswith("<0x") and s.endswith(">"):
+            out.append(bytes([int(s[3:5], 16)]))
+        else:
+            for new, old in replacements:
+                s = s.replace(new, old)
+            out.append(s.encode("utf-8"))
+    return out
+
+
+def _merge_table(merges: list, vocab: dict[str, int], where: str) -> np.ndarray:
+    table = np.empty((len(merges), 3), dtype=np.int32)
+    for k, merge in enumerate(merges):
+        if isinstance(merge, str):
+            parts = merge.split(" ")
+            if len(parts) != 2:
+                raise TokenizerError(f"{where}: merge {k} {merge!r} is not two space-separated tokens")
+        else:
+            parts = list(merge)
+        left, right = parts
+        try:
+            table[k] = (vocab[left], vocab[right], vocab[left + right])
+        except KeyError as exc:
+            raise TokenizerError(f"{where}: merge {k} ({left!r}, {right!r}) names a token not in the vocabulary: {exc}") from None
+    return table
+
+
+def _guess_eos(strings: list[str | None], special: set[int]) -> tuple[int, ...]:
+    by_name = {strings[i]: i for i in special if strings[i] is not None}
+    for name in _EOS_NAMES:
+        if name in by_name:
+            return (by_name[name],)
+    return ()
+
+
+def _from_json_dict(data: dict, eos_token_ids: list[int] | None) -> Tokenizer:
+    model = data.get("model") or {}
+    kind = model.get("type")
+    if kind is None and "merges" in model:
+        kind = "BPE"
+    if kind != "BPE":
+        raise UnsupportedTokenizerError(f"{kind} models are not supported: canonmerge handles BPE tokenizers only")
+    for key in ("continuing_subword_prefix", "end_of_word_suffix"):
+        if model.get(key):
+            raise UnsupportedTokenizerError(f"BPE {key}={model[key]!r} is not supported")
+    if model.get("dropout"):
+        raise UnsupportedTokenizerError("BPE dropout makes tokenization random; canonical tokenization is undefined")
+    vocab: dict[str, int] = model["vocab"]
+    added = data.get("added_tokens") or []
+    size = 1 + max([*vocab.values(), *(a["id"] for a in added)])
+    strings: list[str | None] = [None] * size
+    for s, i in vocab.items():
+        strings[i] = s
+    special = {a["id"] for a in added if a.get("special")}
+    added_plain = {a["id"] for a in added if not a.get("special") and a["id"] not in vocab.values()}
+    for a in added:
+        strings[a["id"]] = a["content"]
+    normalizer = _parse_normalizer(data.get("normalizer"))
+    rules, byte_level = _parse_pre_tokenizer(data.get("pre_tokenizer"))
+    decoder = data.get("decoder") or {}
+    byte_level |= decoder.get("type") == "ByteLevel"
+    byte_fallback = bool(model.get("byte_fallback"))
+    token_bytes = _token_bytes_of(strings, byte_level, byte_fallback, normalizer, special)
+    for i in added_plain:  # added tokens are matched as literal text, not through the byte alphabet
+        token_bytes[i] = strings[i].encode("utf-8")
+    eos = tuple(eos_token_ids) if eos_token_ids is not None else _guess_eos(strings, special)
+    return Tokenizer(
+        token_bytes=token_bytes,
+        merge_table=_merge_table(model.get("merges", []), vocab, "tokenizer.json"),
+        eos_token_ids=eos,
+        byte_level=byte_level,
+        byte_fallback=byte_fallback,
+        ignore_merges=bool(model.get("ignore_merges")),
+        pre_tokenizer=rules,
+        normalizer=normalizer,
+        special_token_ids=frozenset(special),
+        added_token_ids=frozenset(added_plain),
+        token_strings=strings,
+    )
+
+
+def _added_token(token_id: int, content: str, special: bool) -> dict:
+    """An ``added_tokens`` entry of tokenizer.json, complete enough for the HF runtime to load."""
+    return {"id": token_id, "content": content, "special": special, "single_word": False, "lstrip": False,
+            "rstrip": False, "normalized": not special}
+
+
+def _gpt2_files_to_json(encoder: Path, vocab_bpe: Path) -> dict:
+    """GPT-2's original release files as a tokenizer.json dictionary (ByteLevel, no normaliser)."""
+    vocab = json.loads(encoder.read_text(encoding="utf-8"))
+    lines = vocab_bpe.read_text(encoding="utf-8").split("\n")
+    merges = [line for line in lines if line and not line.startswith("#version")]
+    special = [_added_token(vocab["<|endoftext|>"], "<|endoftext|>", True)] if "<|endoftext|>" in vocab else []
+    return {
+        "model": {"type": "BPE", "vocab": vocab, "merges": merges},
+        "normalizer": None,
+        "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True, "trim_offsets": True},
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": True, "trim_offsets": True},
+        "added_tokens": special,
+    }
+
+
+# --------------------------------------------------------------------------------------------- tiktoken
+
+
+def _replay_ranks(ranked: list[bytes]) -> list[tuple[int, int, int]]:
+    """Merges of a rank-ordered byte vocabulary: each multi-byte token is the merge of the two pieces BPE,
+    using only lower ranks, leaves it in."""
+    rank = {b: i for i, b in enumerate(ranked)}
+    merges = []
+    for r, token in enumerate(ranked):
+        if len(token) < 2:
+            continue
+        parts = [token[i : i + 1] for i in range(len(token))]
+        while len(parts) > 2:
+            best, best_rank = -1, r
+            for i in range(len(parts) - 1):
+                pr = rank.get(parts[i] + parts[i + 1], r)
+                if pr < best_rank:
+                    best, best_rank = i, pr
+            if best < 0:
+                break
+            parts[best : best + 2] = [parts[best] + parts[best + 1]]
+        if len(parts) != 2:
+            raise TokenizerError(f"tiktoken rank {r} ({token!r}) cannot be produced by merging lower ranks")
+        merges.append((rank[parts[0]], rank[parts[1]], r))
+    merges.sort(key=lambda m: m[2])
+    return merges
+
+
+def _from_tiktoken(path: Path, eos_token_ids: list[int] | None, pre_tokenizer: str | None) -> Tokenizer:
+    name = pre_tokenizer or path.name.removesuffix(".tiktoken")
+    if name not in _NAMED_PRE_TOKENIZERS:
+        raise UnsupportedTokenizerError(
+            f"tiktoken file {path.name!r}: its pre-tokenizer is unknown; pass pre_tokenizer= one of "
+            f"{sorted(_NAMED_PRE_TOKENIZERS)}"
+        )
+    ranked: list[bytes] = []
+    for line_no, line in enumerate(path.read_bytes().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            token_b64, rank_text = line.split()
+            token, rank = base64.b64decode(token_b64, validate=True), int(rank_text)
+        except ValueError as exc:
+            raise TokenizerError(f"{path.name} line {line_no} is not '<base64> <rank>': {exc}") from None
+        if rank != len(ranked):
+            raise TokenizerError(f"{path.name} line {line_no}: ranks must be 0, 1, 2, … (found {rank})")
+        ranked.append(token)
+    specials = _TIKTOKEN_SPECIALS.get(name, {})
+    size = max([len(ranked) - 1, *specials.values()]) + 1
+    token_bytes: list[bytes | None] = [*ranked, *([None] * (size - len(ranked)))]
+    encoder = bytes_to_unicode()
+    strings: list[str | None] = ["".join(encoder[b] for b in t) for t in ranked] + [None] * (size - len(ranked))
+    for content, i in specials.items():
+        strings[i] = content
+    rules, ignore_merges = _NAMED_PRE_TOKENIZERS[name]
+    special = set(specials.values())
+    eos = tuple(eos_token_ids) if eos_token_ids is not None else _guess_eos(strings, special)
+    return Tokenizer(
+        token_bytes=token_bytes,
+        merge_table=np.array(_replay_ranks(ranked), dtype=np.int32).reshape(-1, 3),
+        eos_token_ids=eos,
+        byte_level=True,
+        byte_fallback=False,
+        ignore_merges=ignore_merges,
+        pre_tokenizer=rules,
+        normalizer=(),
+        special_token_ids=frozenset(special),
+        token_strings=strings,
+    )
+
+
+# --------------------------------------------------------------------------------------------- GGUF
+
+
+def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:  # pragma: no cover - gguf is a declared dependency
+        raise TokenizerError("reading GGUF files needs the 'gguf' package") from exc
+    try:
+        reader = GGUFReader(str(path))
+    except Exception as exc:  # the reader raises bare ValueError/struct errors on malformed files
+        raise TokenizerError(f"{path.name} is not a readable GGUF file: {exc}") from exc
+
+    def field(key: str, default: Any = None) -> Any:
+        f = reader.fields.get(key)
+        return default if f is None else f.contents()
+
+    model = field("tokenizer.ggml.model")
+    tokens = field("tokenizer.ggml.tokens")
+    if model is None or tokens is None:
+        raise TokenizerError(f"{path.name} has no tokenizer vocabulary (tokenizer.ggml.model/tokens)")
+    token_types = field("tokenizer.ggml.token_type", [1] * len(tokens))
+    eos = field("tokenizer.ggml.eos_token_id")
+    # GGUF token types: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused, 6 byte.
+    control = {i for i, t in enumerate(token_types) if t in (2, 3, 5)}
+    user_defined = {i for i, t in enumerate(token_types) if t == 4}
+    if model == "gpt2":
+        pre = field("tokenizer.ggml.pre", "default")
+        if pre not in _NAMED_PRE_TOKENIZERS:
+            raise UnsupportedTokenizerError(f"{path.name}: GGUF pre-tokenizer {pre!r} is not supported")
+        rules, ignore_merges = _NAMED_PRE_TOKENIZERS[pre]
+        vocab = {s: i for i, s in enumerate(tokens)}
+        merges = field("tokenizer.ggml.merges", [])
+        added = [_added_token(i, tokens[i], True) for i in sorted(control)]
+        added += [_added_token(i, tokens[i], False) for i in sorted(user_defined)]
+        data = {
+            "model": {"type": "BPE", "vocab": vocab, "merges": merges, "ignore_merges": ignore_merges},
+            "normalizer": None,
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": r.pattern}, "behavior": "Isolated", "invert": False} for r in rules
+            ] + [{"type": "ByteLevel", "add_prefix_space": False, "use_regex": False, "trim_offsets": False}]},
+            "decoder": {"type": "ByteLevel", "add_prefix_space": False, "use_regex": False, "trim_offsets": False},
+            "added_tokens": added,
+        }
+        return _from_json_dict(data, eos_token_ids if eos_token_ids is not None else ([eos] if eos is not None else None))
+    if model == "llama":
+        scores = field("tokenizer.ggml.scores")
+        if scores is None:
+            raise TokenizerError(f"{path.name}: SentencePiece-style GGUF vocabulary without scores")
+        byte_fallback = any(t == 6 for t in token_types)
+        return _from_pieces(list(tokens), list(scores), control, byte_fallback,
+                            eos_token_ids if eos_token_ids is not None else ([eos] if eos is not None else None))
+    raise UnsupportedTokenizerError(f"{path.name}: GGUF tokenizer model {model!r} is not BPE (gpt2 or llama)")
+
+
+# --------------------------------------------------------------------------------------------- SentencePiece
+
+
+def _sentencepiece_merges(pieces: list[str], scores: list[float], skip: set[int]) -> list[list[str]]:
+    """Merges of a SentencePiece BPE vocabulary, ordered as HF's converter orders them: by the merged
+    piece's score (best first), ties by the ids of (left, right)."""
+    vocab = {p: i for i, p in enumerate(pieces) if i not in skip}
+    merges = []
+    for piece, i in vocab.items():
+        local = [(piece[:k], piece[k:]) for k in range(1, len(piece)) if piece[:k] in vocab and piece[k:] in vocab]
+        local.sort(key=lambda lr: (vocab[lr[0]], vocab[lr[1]]))
+        merges.extend((scores[i], lr) for lr in local)
+    merges.sort(key=lambda m: -m[0])  # stable: keeps the id order within one score
+    return [list(lr) for _, lr in merges]
+
+
+def _from_pieces(pieces: list[str], scores: list[float], control: set[int], byte_fallback: bool,
+                 eos_token_ids: list[int] | None) -> Tokenizer:
+    vocab = {p: i for i, p in enumerate(pieces)}
+    data = {
+        "model": {"type": "BPE", "vocab": vocab, "merges": _sentencepiece_merges(pieces, scores, control),
+                  "byte_fallback": byte_fallback},
+        "normalizer": {"type": "Sequence", "normalizers": [
+            {"type": "Prepend", "prepend": "▁"}, {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]},
+        "pre_tokenizer": None,
+        "added_tokens": [_added_token(i, pieces[i], True) for i in sorted(control)],
+    }
+    return _from_json_dict(data, eos_token_ids)
+
+
+def _from_sentencepiece(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
+    try:
+        from sentencepiece import sentencepiece_model_pb2 as spm
+    except ImportError as exc:  # pragma: no cover - declared dependency
+        raise TokenizerError("reading SentencePiece .model files needs 'sentencepiece' and 'protobuf'") from exc
+    proto = spm.ModelProto()
+    try:
+        proto.ParseFromString(path.read_bytes())
+    except Exception as exc:  # protobuf raises DecodeError
+        raise TokenizerError(f"{path.name} is not a SentencePiece model: {exc}") from exc
+    if not proto.pieces:
+        raise TokenizerError(f"{path.name} is not a SentencePiece model (no pieces)")
+    if proto.trainer_spec.model_type != spm.TrainerSpec.BPE:
+        kind = spm.TrainerSpec.ModelType.Name(proto.trainer_spec.model_type)
+        raise UnsupportedTokenizerError(f"{path.name}: SentencePiece {kind} models are not BPE")
+    norm = proto.normalizer_spec
+    if norm.name not in ("identity", "") or norm.remove_extra_whitespaces:
+        raise UnsupportedTokenizerError(
+            f"{path.name}: SentencePiece normaliser {norm.name!r} (remove_extra_whitespaces="
+            f"{norm.remove_extra_whitespaces}) is not supported"
+        )
+    pieces = [p.piece for p in proto.pieces]
+    scores = [p.score for p in proto.pieces]
+    kinds = spm.ModelProto.SentencePiece
+    control = {i for i, p in enumerate(proto.pieces) if p.type in (kinds.CONTROL, kinds.UNKNOWN, kinds.UNUSED)}
+    eos = eos_token_ids
+    if eos is None and proto.trainer_spec.eos_id >= 0:
+        eos = [proto.trainer_spec.eos_id]
+    return _from_pieces(pieces, scores, control, bool(proto.trainer_spec.byte_fallback), eos)
+
+
+# --------------------------------------------------------------------------------------------- runtime
+
+
+def to_runtime_tokenizer(model: Tokenizer):
+    """The HF ``tokenizers`` runtime for a model: same vocabulary, merges, normaliser and pre-tokenizer.
+
+    Used where a format has no runtime of its own (a GGUF vocabulary). It encodes text the way the
+    original tokenizer does for continuations; the dummy-prefix ``prepend`` step is left out.
+    """
+    from tokenizers import Tokenizer as HFTokenizer
+
+    if model.byte_level:
+        encoder = bytes_to_unicode()
+        spell = lambda b: "".join(encoder[x] for x in b)  # noqa: E731
+    else:
+        spell = None
+    strings = [s if spell is None or b is None or i in model.added_token_ids else spell(b)
+               for i, (s, b) in enumerate(zip(model.token_strings, model.token_bytes))]
+    vocab = {s: i for i, s in enumerate(strings) if s is not None and i not in model.added_token_ids}
+    merges = [[strings[a], strings[b]] for a, b, _ in model.merge_table.tolist()]
+    normalizers = []
+    for step in model.normalizer:
+        if step[0] == "replace":
+            normalizers.append({"type": "Replace", "pattern": {"String": step[1]}, "content": step[2]})
+        elif step[0] != "prepend":
+            normalizers.append({"type": step[0].upper()})
+    pre = [{"type": "Split", "pattern": {"Regex": r.pattern}, "behavior": "Isolated", "invert": r.invert}
+           for r in model.pre_tokenizer]
+    if model.byte_level:
+        pre.append({"type": "ByteLevel", "add_prefix_space": False, "use_regex": False, "trim_offsets": False})
+    added = [_added_token(i, model.token_strings[i], i in model.special_token_ids)
+             for i in sorted(model.special_token_ids | model.added_token_ids)]
+    data = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
+        "normalizer": {"type": "Sequence", "normalizers": normalizers} if normalizers else None,
+        "pre_tokenizer": {"type": "Sequence", "pretokenizers": pre} if pre else None,
+        "post_processor": None,
+        "decoder": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": False, "use_regex": False}
+        if model.byte_level else None,
+        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": None,
+                  "end_of_word_suffix": None, "fuse_unk": False, "byte_fallback": model.byte_fallback,
+                  "ignore_merges": model.ignore_merges, "vocab": vocab, "merges": merges},
+    }
+    return HFTokenizer.from_str(json.dumps(data))

@@ -1,0 +1,1 @@
+"""Constraint x canonical automaton: token-level guides, masks and generation (arrives with CartesianMerge)."""

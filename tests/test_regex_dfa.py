@@ -1,0 +1,155 @@
+"""Regex -> DFA agrees with re.fullmatch; trim/minimise/intersect behave as specified."""
+
+import re
+import string
+
+import interegular
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from automata import MISSING, DFA, Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
+
+PATTERNS = [
+    r"(true|false)",
+    r"[a-z]+",
+    r"[^\"\\]*",
+    r"-?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",
+    r"(ab|a)*c?",
+    r"x{2,4}y{0,2}",
+    r"(0|1)*1(0|1){2}",
+    r"[α-ω]+é?",
+    r"[^a]€*",
+    r"😀|😃+",
+    r"(?i)yes|no",
+    r"\d{4}-\d{2}-\d{2}",
+    r"[ \t\n]*\{\"k\": (\"[^\"]*\"|null)\}",
+    r"a.b",
+    "[\x00-\x7f]+[\u0080-\u3000]",
+]
+CHARS = string.ascii_letters + string.digits + "-.+ \t\n\"\\{}:αβωé€😀😃"
+text = st.text(alphabet=st.sampled_from(CHARS) | st.characters(blacklist_categories=("Cs",)), max_size=12)
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@settings(max_examples=300, deadline=None)
+@given(s=text)
+def test_byte_dfa_agrees_with_re(pattern, s):
+    dfa = _compiled(pattern, None)
+    assert dfa.accepts(s) == bool(re.fullmatch(pattern, s))
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+@settings(max_examples=300, deadline=None)
+@given(s=st.text(alphabet=st.sampled_from(CHARS), max_size=12))
+def test_char_dfa_agrees_with_re(pattern, s):
+    dfa = _compiled(pattern, CHARS)
+    assert dfa.accepts(s) == bool(re.fullmatch(pattern, s))
+
+
+_cache: dict = {}
+
+
+def _compiled(pattern, chars):
+    key = (pattern, chars)
+    if key not in _cache:
+        _cache[key] = from_regex(pattern, Alphabet.of_chars(chars) if chars else None)
+    return _cache[key]
+
+
+def test_accepts_strings_of_a_finite_language_exactly():
+    dfa = from_regex(r"(ab|c)(d|ef)?")
+    got = sorted(bytes(s).decode() for s in dfa.strings())
+    assert got == sorted(["ab", "c", "abd", "cd", "abef", "cef"])
+
+
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_minimise_matches_interegular_minimal_count(pattern):
+    """On a character alphabet covering every interegular class, the minimal trim DFA has exactly as many
+    states as interegular's own minimised FSM minus its dead state (if it has one)."""
+    fsm = interegular.parse_pattern(pattern).to_fsm().reduce()
+    alphabet = fsm.alphabet
+    chars = []
+    for symbol, group in alphabet.by_transition.items():
+        real = [c for c in group if isinstance(c, str)]
+        chars.append(real[0] if real else "\U0010fffd")  # a character none of the pattern's classes names
+    dfa = from_regex(pattern, Alphabet.of_chars(chars))
+    live = [s for s in fsm.states if _coreachable(fsm, s)]
+    assert dfa.num_states == len(live)
+
+
+def _coreachable(fsm, state):
+    seen, todo = {state}, [state]
+    while todo:
+        s = todo.pop()
+        if s in fsm.finals:
+            return True
+        for nxt in fsm.map.get(s, {}).values():
+            if nxt not in seen:
+                seen.add(nxt)
+                todo.append(nxt)
+    return False
+
+
+def test_minimise_merges_equivalent_states_and_is_idempotent():
+    # 0 -a-> 1, 0 -b-> 2, 1 -c-> 3, 2 -c-> 4; 3 and 4 accepting: 1~2 and 3~4, minimal has 3 states.
+    t = np.full((5, 3), MISSING, dtype=np.int32)
+    t[0, 0], t[0, 1], t[1, 2], t[2, 2] = 1, 2, 3, 4
+    dfa = DFA(t, np.array([0, 0, 0, 1, 1], bool), 0, Alphabet.of_chars("abc"))
+    m = dfa.minimise()
+    assert m.num_states == 3
+    assert m.minimise().num_states == 3
+    assert all(m.accepts(w) for w in ["ac", "bc"]) and not m.accepts("a")
+
+
+def test_trim_removes_unreachable_and_dead_states():
+    t = np.full((4, 2), MISSING, dtype=np.int32)
+    t[0, 0], t[0, 1], t[3, 0] = 1, 2, 1  # 2 is a dead end, 3 unreachable
+    dfa = DFA(t, np.array([0, 1, 0, 0], bool), 0, Alphabet.of_chars("ab")).trim()
+    assert dfa.num_states == 2 and dfa.accepts("a") and not dfa.accepts("b")
+
+
+@settings(max_examples=200, deadline=None)
+@given(s=st.text(alphabet=st.sampled_from("ab01"), max_size=10))
+def test_intersection_is_conjunction(s):
+    left, right = _compiled(r"[ab01]*a[ab01]*", None), _compiled(r"[ab01]{0,6}", None)
+    both = _intersections.setdefault("x", left.intersect(right))
+    assert both.accepts(s) == (left.accepts(s) and right.accepts(s))
+
+
+_intersections: dict = {}
+
+
+def test_bad_regexes_raise_typed_errors_naming_the_problem():
+    with pytest.raises(RegexError, match="Group references"):
+        from_regex(r"(a)\1")
+    with pytest.raises(RegexError, match="lookbacks"):
+        from_regex(r"(?<=a)b")
+    with pytest.raises(RegexError, match=r"\[a-"):
+        from_regex(r"[a-")
+    with pytest.raises(RegexError, match="unicode properties"):
+        from_regex(r"\p{L}")
+
+
+def test_empty_language_raises():
+    with pytest.raises(EmptyLanguageError, match="matches no string"):
+        from_regex(r"[^\s\S]")
+    with pytest.raises(EmptyLanguageError):
+        from_regex(r"z+", Alphabet.of_chars("ab"))
+
+
+def test_state_limit_is_enforced_before_building():
+    with pytest.raises(StateLimitError, match="max_states"):
+        from_regex(r"[a-z]{50}", max_states=20)
+
+
+def test_multibyte_characters_become_byte_paths():
+    dfa = from_regex(r"é")
+    assert dfa.accepts(list("é".encode())) and dfa.num_states == 3
+    assert not dfa.accepts([0xC3]) and not dfa.accepts(list("e".encode()))
+    # No surrogate or overlong encodings sneak in through a negated class.
+    neg = from_regex(r"[^a]")
+    assert not neg.accepts([0xED, 0xA0, 0x80]) and not neg.accepts([0xC0, 0x80])
+    assert neg.accepts(list("\U0010ffff".encode())) and not neg.accepts([0xF4, 0x90, 0x80, 0x80])
+    assert set(string.printable) - {"a", "\n"} <= {c for c in string.printable if neg.accepts(c)}
