@@ -27,8 +27,8 @@ MISSING = -1
 
 @dataclass(frozen=True)
 class Alphabet:
-    """What the integer symbols stand for: ``kind`` is ``"bytes"`` (symbol i is byte i) or ``"chars"``
-    (symbol i is ``chars[i]``)."""
+    """What the integer symbols stand for: ``kind`` is ``"bytes"`` (symbol i is byte i), ``"chars"``
+    (symbol i is ``chars[i]``) or ``"labels"`` (symbol i is an opaque name ``chars[i]``, e.g. a token id)."""
 
     kind: str
     chars: tuple[str, ...] = ()
@@ -48,11 +48,14 @@ class Alphabet:
     def size(self) -> int:
         return 256 if self.kind == "bytes" else len(self.chars)
 
+
     def label(self, symbol: int) -> str:
         """A readable name of one symbol (printable characters as themselves, others escaped)."""
         if self.kind == "bytes":
             return chr(symbol) if 0x21 <= symbol < 0x7F else f"\\x{symbol:02x}"
         c = self.chars[symbol]
+        if self.kind == "labels":
+            return c
         return c if c.isprintable() and not c.isspace() else repr(c)[1:-1]
 
     def encode(self, text: str) -> list[int] | None:
@@ -62,6 +65,8 @@ class Alphabet:
                 return list(text.encode("utf-8"))
             except UnicodeEncodeError:  # lone surrogates have no UTF-8 form
                 return None
+        if self.kind == "labels":
+            return None
         index = {c: i for i, c in enumerate(self.chars)}
         out = []
         for c in text:
