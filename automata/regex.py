@@ -78,11 +78,10 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
 def _utf8_trie(code_point_class: np.ndarray, dead_class: int) -> tuple[np.ndarray, list[np.ndarray]]:
     """The byte trie of all UTF-8 encodings, with shared subtrees.
 
-    Returns ``root`` (int64[256]) and ``levels``: ``levels[d]`` is an int64 array ``[nodes_d, 64]`` giving, for
-    each interior node at height d+1 and continuation byte 0x80+i, a child id. Height-1 children are
-    character classes; higher children are node ids of the level below. Root entries are encoded as
-    ``class`` for ASCII bytes and ``-(1 + height*K + node)`` style references are avoided by returning, for
-    the root, pairs (height, id) packed as ``height * 2**32 + id`` (height 0 = a class).
+    Returns ``root`` (int64[256]) and ``levels``. ``levels[h-1]`` is int64 ``[nodes, 64]``: for each interior
+    node of height h and continuation byte 0x80+i, its child, which is a character class when h == 1 and a
+    node id of height h-1 otherwise. Root entries are packed as ``height * 2**32 + id`` (height 0: a class,
+    for ASCII bytes and invalid lead bytes).
     """
     K = 1 << 32
     root = np.full(256, dead_class, dtype=np.int64)

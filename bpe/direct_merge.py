@@ -178,8 +178,8 @@ def direct_merge(dfa: DFA, tokenizer: Tokenizer) -> TokenDFA:
     """
     if dfa.alphabet.kind == "bytes" and not tokenizer.byte_level:
         raise TokenizerError("a byte-level DFA needs a byte-level tokenizer; build the DFA over characters")
-    symbol_token = _base_token_of_symbol(dfa.trim(), tokenizer)
     trimmed = dfa.trim()
+    symbol_token = _base_token_of_symbol(trimmed, tokenizer)
     g = _Sparse()
     for s in range(trimmed.num_states):
         g.new_state(bool(trimmed.accepting[s]))

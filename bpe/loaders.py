@@ -33,10 +33,7 @@ _LLAMA3_PATTERN = (
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 _QWEN2_PATTERN = _LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
-_CL100K_PATTERN = (
-    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
+_CL100K_PATTERN = _LLAMA3_PATTERN  # Llama-3 adopted cl100k's regex unchanged
 _NAMED_PRE_TOKENIZERS: dict[str, tuple[tuple[SplitRule, ...], bool]] = {
     # name: (split rules, ignore_merges)
     "gpt-2": ((SplitRule(GPT2_PATTERN),), False),
