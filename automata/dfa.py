@@ -48,7 +48,6 @@ class Alphabet:
     def size(self) -> int:
         return 256 if self.kind == "bytes" else len(self.chars)
 
-
     def label(self, symbol: int) -> str:
         """A readable name of one symbol (printable characters as themselves, others escaped)."""
         if self.kind == "bytes":

@@ -125,6 +125,7 @@ class _Sparse:
         evens = [s for s in self.sources.get(a, ()) if a in self.rev[s]]
         in_e = set(evens)
         odd = {s: self.new_state(s in self.accepting) for s in evens}
+        twins = set(odd.values())
         for s in evens:
             for y, d in list(self.fwd[s].items()):
                 if y == a and d in in_e:
@@ -134,7 +135,7 @@ class _Sparse:
                     self.add(odd[s], y, d)
         for s in evens:
             for p in list(self.rev[s].get(a, ())):
-                if p not in in_e and p not in odd.values():
+                if p not in in_e and p not in twins:
                     self.add(p, a, odd[s])  # from outside E, an a arrives with odd parity
         for s in evens:
             twin = odd[s]
