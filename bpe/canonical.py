@@ -30,11 +30,12 @@ layered on top of it.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MergeAutomaton", "build_merge_automaton"]
+__all__ = ["MergeAutomaton", "build_merge_automaton", "build_pair_rule_automaton"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -151,14 +152,14 @@ def _fuse(state_of, generators, parent, made_at, vocab_size) -> MergeAutomaton:
             for c in reversed(children.get(node, ())):
                 stack.append((c, False))
 
+    child_made = {node: [-int(made_at[c]) for c in kids] for node, kids in children.items()}  # ascending
+
     def interval(gen: int, added: int) -> tuple[int, int]:
         # gen itself plus the subtrees of its children made at or after merge `added` (they come first; "at"
         # happens for a == b, where step 5 of the same merge forbids aa after the odd a).
-        end = position[gen] + 1
-        for c in children.get(gen, ()):
-            if made_at[c] < added:
-                break
-            end = subtree_end[c]
+        kids = children.get(gen)
+        n_after = bisect.bisect_right(child_made[gen], -added) if kids else 0
+        end = subtree_end[kids[n_after - 1]] if n_after else position[gen] + 1
         return int(position[gen]), int(end)
 
     class_id: dict[tuple, int] = {}
@@ -193,3 +194,33 @@ def _fuse(state_of, generators, parent, made_at, vocab_size) -> MergeAutomaton:
         produced=produced,
         pre_fusion_states=len(generators),
     )
+
+
+def build_pair_rule_automaton(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray) -> MergeAutomaton:
+    """The sound fallback for merge lists whose merges do not happen in rank order: b may not follow a iff
+    (a, b) is a merge. (Whatever order the runtime applies merges in, it stops only when no adjacent pair is
+    mergeable, so this never rejects its output; it over-allows what Algorithm 3 would also forbid.)
+
+    Needed for lists converted from tiktoken ranks (Llama-3: ``ignore_merges``): there a merge can fire
+    after higher-ranked ones, once an operand that a later-ranked merge builds exists, and Algorithm 3's
+    premise fails — measured on Llama-3, it rejects the runtime's ``' край'``, ``'ней'`` in ``' крайней'``.
+    Every token some merge builds, or a base token, counts as produced."""
+    produced = np.zeros(vocab_size, dtype=bool)
+    produced[base_token_ids] = True
+    produced[merge_table[:, 2]] = True
+    # Left tree by first merge (any tree works: each forbidden set is a set of single positions).
+    parent = np.full(vocab_size, -1, dtype=np.int64)
+    made_at = np.full(vocab_size, -1, dtype=np.int64)
+    for k, (a, _, ab) in enumerate(merge_table.tolist()):
+        if parent[ab] < 0 and made_at[ab] < 0:
+            parent[ab], made_at[ab] = a, k
+    state_of = np.where(produced, 0, -1).astype(np.int64)
+    generators: list[dict[int, int]] = [{}]
+    rights: dict[int, dict[int, int]] = {}
+    for a, b, _ in merge_table.tolist():
+        rights.setdefault(a, {})[b] = 1 << 62  # "added after every merge": the interval is b alone
+    for a, gens in rights.items():
+        if produced[a]:
+            state_of[a] = len(generators)
+            generators.append(gens)
+    return _fuse(state_of, generators, parent, made_at, vocab_size)

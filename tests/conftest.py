@@ -4,9 +4,11 @@ import pytest
 
 from bpe import load_tokenizer
 from bpe.assets import TOKENIZERS, reference_runtime, tokenizer_source
+from bpe.automaton import compile_tokenizer
 
 _models: dict = {}
 _runtimes: dict = {}
+_automata: dict = {}
 
 
 def model_of(name: str):
@@ -19,6 +21,13 @@ def runtime_of(name: str):
     if name not in _runtimes:
         _runtimes[name] = reference_runtime(name)
     return _runtimes[name]
+
+
+def automaton_of(name: str):
+    """The canonical automaton, through the on-disk cache (built once per machine)."""
+    if name not in _automata:
+        _automata[name] = compile_tokenizer(model_of(name))
+    return _automata[name]
 
 
 @pytest.fixture(params=TOKENIZERS)

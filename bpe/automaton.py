@@ -1,0 +1,622 @@
+"""The canonical automaton of a real tokenizer: which token may come next in a canonical tokenization.
+
+A token sequence is *canonical* when it is exactly what the tokenizer produces for the text it decodes to,
+encoded as a continuation: no BOS or other added tokens, no dummy prefix (see the README). Three layers decide
+it, and this module composes them:
+
+1. **Merges** (``bpe.canonical``): inside one pre-token piece, a tokenization is canonical iff every adjacent
+   pair is allowed by Algorithm 3 — the pair test ``next not in forbidden[merge_class[previous]]``. For merge
+   lists converted from tiktoken ranks (``ignore_merges``: Llama-3) merges are not applied in rank order and
+   Algorithm 3 would reject the runtime's output; there the sound pair rule is used (see bpe.canonical).
+2. **Pieces** (``bpe.pretokenizer``): the marked-text DFA says where piece boundaries (``#``) may fall. Between
+   two tokens there is either a boundary (no merge constraint) or not (the pair test applies); tokens never
+   contain one.
+3. **Characters**: byte-level tokens may end or start inside a UTF-8 character; byte-fallback tokens
+   (``<0xNN>``) spell exactly the characters the vocabulary lacks.
+
+A *context* is what the layers 2-3 remember after a token: the set of marked-DFA states still possible (the
+boundary after the token is undecided until the next token) and the bytes of an unfinished character. The
+automaton's state — called a *class* in the public API — is the pair (context, merge class of the last
+token), packed as ``context * num_merge_classes + merge_class``. Masks need no pair table:
+
+    open context (no unfinished character):
+        allowed = boundary_ok[ctx] | (inside_ok[ctx] & ~forbidden[merge_class])
+    unfinished character: only tokens completing it, and always inside a piece:
+        allowed = completes[ctx] & ~forbidden[merge_class]
+
+Contexts are few (tens with no unfinished character; the rest are sparse rows over the few hundred tokens
+that begin with continuation bytes), which is what keeps the automaton as small as the merge table's.
+
+Deliberately not exact, and measured in the tests and README (each errs towards *allowing*, so the runtime's
+own output is never rejected): texts that are not NFC under an NFC normaliser; ``ignore_merges`` tokenizers
+(the pair rule above, and pieces whose BPE spelling differs from the single vocabulary token); non-special
+added tokens spelled out by regular tokens.
+Special tokens are never produced by text and never allowed; EOS is the constraint layer's business.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bpe.canonical import build_merge_automaton, build_pair_rule_automaton
+from bpe.errors import TokenizerError, UnsupportedTokenizerError
+from bpe.model import Tokenizer
+from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symbol_table
+
+__all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
+
+FORMAT_VERSION = 1
+_HASH = NUM_SYMBOLS  # the marked-DFA column of the boundary symbol
+
+
+class DisallowedTokenError(TokenizerError):
+    """A token that may not follow the current class (it would make the tokenization non-canonical)."""
+
+
+def _utf8_length(lead: int) -> int:
+    return 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+
+
+@dataclass(frozen=True, eq=False)
+class CanonicalAutomaton:
+    """Which tokens may follow, per class, for one tokenizer. Build with ``compile_tokenizer``.
+
+    Arrays (all numpy; the on-disk format stores exactly these):
+
+    - ``merge_class``: int32[V], Algorithm 3's class of each token (-1: never produced inside a piece).
+    - ``forbid_order``/``forbid_position``/``forbid_starts``/``forbid_ends``/``forbid_offsets``: merge class c
+      forbids ``forbid_order[forbid_starts[i]:forbid_ends[i]]`` for i in ``forbid_offsets[c]:[c+1]``. The last
+      merge class forbids everything (a token that must end its piece: ``ignore_merges`` whole pieces).
+    - ``after_class``: int32[V], the merge class a token leaves behind (``merge_class`` except for whole-piece
+      and byte-fallback tokens).
+    - ``boundary_next``/``inside_next``: int32[open contexts, V]: context after the token when a boundary
+      precedes it / when it may also continue the piece (-1: not allowed that way).
+    - ``pending_offsets``/``pending_tokens``/``pending_next``: sparse rows for contexts with an unfinished
+      character (context ids ``num_open ..``).
+    - ``context_final``: bool[contexts]: the text may end here.
+    """
+
+    merge_class: np.ndarray
+    after_class: np.ndarray
+    forbid_order: np.ndarray
+    forbid_position: np.ndarray
+    forbid_starts: np.ndarray
+    forbid_ends: np.ndarray
+    forbid_offsets: np.ndarray
+    boundary_next: np.ndarray
+    inside_next: np.ndarray
+    pending_offsets: np.ndarray
+    pending_tokens: np.ndarray
+    pending_next: np.ndarray
+    context_final: np.ndarray
+
+    # ---- sizes --------------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        return len(self.merge_class)
+
+    @property
+    def num_merge_classes(self) -> int:
+        return len(self.forbid_offsets) - 1
+
+    @property
+    def num_open_contexts(self) -> int:
+        return self.boundary_next.shape[0]
+
+    @property
+    def num_contexts(self) -> int:
+        return len(self.context_final)
+
+    @property
+    def num_classes(self) -> int:
+        """Size of the class space (contexts x merge classes); ids below it are valid classes."""
+        return self.num_contexts * self.num_merge_classes
+
+    @property
+    def forbidden_entries(self) -> int:
+        """Total size of all forbidden sets (the merge table's part of the automaton)."""
+        return int((self.forbid_ends - self.forbid_starts).sum())
+
+    @property
+    def start_class(self) -> int:
+        return 0  # context 0 (nothing read), merge class 0 (forbids nothing)
+
+    # ---- queries ------------------------------------------------------------------------------------------
+    def _split(self, class_id: int) -> tuple[int, int]:
+        if not 0 <= class_id < self.num_classes:
+            raise ValueError(f"class {class_id} is outside 0..{self.num_classes - 1}")
+        return divmod(int(class_id), self.num_merge_classes)
+
+    def forbidden(self, merge_class: int) -> np.ndarray:
+        """bool[V]: tokens that may not follow a token of ``merge_class`` inside one piece."""
+        marks = np.zeros(self.vocab_size + 1, dtype=np.int32)
+        lo, hi = self.forbid_offsets[merge_class], self.forbid_offsets[merge_class + 1]
+        np.add.at(marks, self.forbid_starts[lo:hi], 1)
+        np.add.at(marks, self.forbid_ends[lo:hi], -1)
+        return (np.cumsum(marks[:-1]) > 0)[self.forbid_position]
+
+    def _forbids(self, merge_class: int, token: int) -> bool:
+        lo, hi = self.forbid_offsets[merge_class], self.forbid_offsets[merge_class + 1]
+        pos = self.forbid_position[token]
+        i = np.searchsorted(self.forbid_starts[lo:hi], pos, side="right") - 1
+        return bool(i >= 0 and pos < self.forbid_ends[lo + i])
+
+    def allowed_after(self, class_id: int) -> np.ndarray:
+        """bool[V]: the tokens that may come next in class ``class_id`` (no special tokens, no EOS)."""
+        ctx, mc = self._split(class_id)
+        if ctx < self.num_open_contexts:
+            inside = self.inside_next[ctx] >= 0
+            return (self.boundary_next[ctx] >= 0) | (inside & ~self.forbidden(mc))
+        lo, hi = self.pending_offsets[ctx - self.num_open_contexts : ctx - self.num_open_contexts + 2]
+        out = np.zeros(self.vocab_size, dtype=bool)
+        out[self.pending_tokens[lo:hi]] = True
+        return out & ~self.forbidden(mc)
+
+    def class_after(self, class_id: int, token_id: int) -> int:
+        """The class reached by appending ``token_id`` in class ``class_id``; ``DisallowedTokenError`` if the
+        token may not come next."""
+        ctx, mc = self._split(class_id)
+        if not 0 <= token_id < self.vocab_size:
+            raise ValueError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
+        nxt = -1
+        if ctx < self.num_open_contexts:
+            inside = int(self.inside_next[ctx, token_id])
+            if inside >= 0 and not self._forbids(mc, token_id):
+                nxt = inside
+            else:
+                nxt = int(self.boundary_next[ctx, token_id])
+        else:
+            row = ctx - self.num_open_contexts
+            lo, hi = self.pending_offsets[row], self.pending_offsets[row + 1]
+            i = lo + np.searchsorted(self.pending_tokens[lo:hi], token_id)
+            if i < hi and self.pending_tokens[i] == token_id and not self._forbids(mc, token_id):
+                nxt = int(self.pending_next[i])
+        if nxt < 0:
+            raise DisallowedTokenError(f"token {token_id} may not follow class {class_id}")
+        return nxt * self.num_merge_classes + int(self.after_class[token_id])
+
+    def can_end(self, class_id: int) -> bool:
+        """Whether the text may end in class ``class_id`` (no unfinished character or pending boundary)."""
+        return bool(self.context_final[self._split(class_id)[0]])
+
+    def accepts(self, token_ids) -> bool:
+        """Whether ``token_ids`` is exactly the canonical tokenization of the text it decodes to."""
+        c = self.start_class
+        try:
+            for t in token_ids:
+                c = self.class_after(c, int(t))
+        except (DisallowedTokenError, ValueError):
+            return False
+        return self.can_end(c)
+
+    # ---- storage ------------------------------------------------------------------------------------------
+    _FIELDS = ("merge_class", "after_class", "forbid_order", "forbid_position", "forbid_starts", "forbid_ends",
+               "forbid_offsets", "boundary_next", "inside_next", "pending_offsets", "pending_tokens",
+               "pending_next", "context_final")
+
+    def _digest(self, key: str) -> str:
+        digest = hashlib.sha256(f"{FORMAT_VERSION}:{key}".encode())
+        for name in self._FIELDS:
+            a = getattr(self, name)
+            digest.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
+            digest.update(np.ascontiguousarray(a).data)
+        return digest.hexdigest()
+
+    def save(self, path: str | os.PathLike, key: str = "") -> None:
+        """Write atomically (temp file + rename) as ``.npz`` with a SHA-256 of every array; no pickle."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        meta = json.dumps({"format": FORMAT_VERSION, "key": key, "sha256": self._digest(key)})
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, meta=np.array(meta), **{n: getattr(self, n) for n in self._FIELDS})
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, key: str | None = None) -> "CanonicalAutomaton":
+        """Read and verify a saved automaton (``CacheError`` if it is corrupt, from another format version, or
+        — when ``key`` is given — built for another tokenizer)."""
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                meta = json.loads(str(data["meta"]))
+                arrays = {n: data[n] for n in cls._FIELDS}
+        except Exception as exc:
+            raise CacheError(f"{path}: not a readable canonical automaton ({type(exc).__name__}: {exc})") from None
+        if meta.get("format") != FORMAT_VERSION:
+            raise CacheError(f"{path}: format {meta.get('format')}, expected {FORMAT_VERSION}")
+        if key is not None and meta.get("key") != key:
+            raise CacheError(f"{path}: built for another tokenizer")
+        automaton = cls(**arrays)
+        if automaton._digest(meta.get("key", "")) != meta.get("sha256"):
+            raise CacheError(f"{path}: checksum mismatch (corrupt or modified)")
+        return automaton
+
+
+class CacheError(TokenizerError):
+    """A cached automaton that cannot be used (corrupt, other version, other tokenizer)."""
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Building.
+
+
+def tokenizer_key(tokenizer: Tokenizer) -> str:
+    """SHA-256 of everything that decides the canonical automaton."""
+    digest = hashlib.sha256()
+    for b in tokenizer.token_bytes:
+        digest.update(b"\x00" if b is None else len(b).to_bytes(4, "little") + b)
+    digest.update(np.ascontiguousarray(tokenizer.merge_table, dtype=np.int32).data)
+    digest.update(repr((tokenizer.byte_level, tokenizer.byte_fallback, tokenizer.ignore_merges,
+                        [(r.pattern, r.behavior, r.invert) for r in tokenizer.pre_tokenizer],
+                        tokenizer.normalizer, sorted(tokenizer.special_token_ids),
+                        sorted(tokenizer.added_token_ids), FORMAT_VERSION)).encode())
+    return digest.hexdigest()
+
+
+def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, progress=None) -> CanonicalAutomaton:
+    """The canonical automaton of ``source`` (anything ``load_tokenizer`` accepts, or a ``Tokenizer``).
+
+    Cached under ``cache_dir`` (default: ``<canonmerge cache>/automata``) by the tokenizer's content hash; a
+    corrupt or stale cache file is rebuilt. ``progress(message)`` is called at each build stage.
+    """
+    from bpe.assets import cache_dir as default_cache_dir
+    from bpe.loaders import load_tokenizer
+
+    tokenizer = source if isinstance(source, Tokenizer) else load_tokenizer(source)
+    key = tokenizer_key(tokenizer)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "automata"
+    path = root / f"canonical-{key[:32]}.npz"
+    if path.exists():
+        try:
+            return CanonicalAutomaton.load(path, key)
+        except CacheError as exc:
+            if progress:
+                progress(f"rebuilding: {exc}")
+    automaton = build_canonical_automaton(tokenizer, progress=progress)
+    automaton.save(path, key)
+    return automaton
+
+
+def cache_path(source, cache_dir: str | os.PathLike | None = None) -> Path:
+    """Where ``compile_tokenizer`` keeps the automaton of ``source``."""
+    from bpe.assets import cache_dir as default_cache_dir
+    from bpe.loaders import load_tokenizer
+
+    tokenizer = source if isinstance(source, Tokenizer) else load_tokenizer(source)
+    root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "automata"
+    return root / f"canonical-{tokenizer_key(tokenizer)[:32]}.npz"
+
+
+def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> CanonicalAutomaton:
+    """Build without the cache (see the module docstring for the three layers)."""
+    say = progress or (lambda message: None)
+    t0 = time.perf_counter()
+    V = tokenizer.vocab_size
+    if tokenizer.ignore_merges:  # merges converted from tiktoken ranks: not applied in rank order
+        say("merge table (pair rule)")
+        merges = build_pair_rule_automaton(tokenizer.merge_table, V, tokenizer.base_token_ids)
+    else:
+        say("merge table (Algorithm 3)")
+        merges = build_merge_automaton(tokenizer.merge_table, V, tokenizer.base_token_ids)
+    say(f"  {merges.num_classes} merge classes in {time.perf_counter() - t0:.1f} s")
+    say("pre-tokenizer boundaries")
+    segmentation = build_segmentation(tokenizer.pre_tokenizer)
+    if segmentation.num_states > 63:
+        raise UnsupportedTokenizerError(f"pre-tokenizer automaton has {segmentation.num_states} states (at most 63)")
+    say(f"  {segmentation.num_states} marked-text states")
+    shapes = _TokenShapes(tokenizer, merges.produced)
+    say("contexts")
+    builder = _ContextBuilder(tokenizer, segmentation, shapes, merges)
+    builder.run()
+    say(f"  {builder.num_open} open + {len(builder.pending_rows)} unfinished-character contexts "
+        f"in {time.perf_counter() - t0:.1f} s")
+
+    whole_piece_class = merges.num_classes  # forbids everything: the piece must end after the token
+    starts = np.append(merges.starts, 0).astype(np.int32)
+    ends = np.append(merges.ends, V).astype(np.int32)
+    offsets = np.append(merges.offsets, merges.offsets[-1] + 1).astype(np.int64)
+    after = merges.class_of.astype(np.int32).copy()
+    after[shapes.whole_piece_only] = whole_piece_class
+    after[shapes.byte_fallback | shapes.boundary_token] = 0
+    after[after < 0] = 0  # never allowed anyway; keeps class ids in range
+
+    pending_offsets = np.zeros(len(builder.pending_rows) + 1, dtype=np.int64)
+    pending_offsets[1:] = np.cumsum([len(t) for t, _ in builder.pending_rows])
+    cat = lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)  # noqa: E731
+    index_type = np.int16 if builder.num_contexts < 2**15 else np.int32
+    return CanonicalAutomaton(
+        merge_class=merges.class_of.astype(np.int32),
+        after_class=after,
+        forbid_order=merges.order,
+        forbid_position=merges.position,
+        forbid_starts=starts,
+        forbid_ends=ends,
+        forbid_offsets=offsets,
+        boundary_next=np.array(builder.boundary_rows, dtype=index_type).reshape(builder.num_open, V),
+        inside_next=np.array(builder.inside_rows, dtype=index_type).reshape(builder.num_open, V),
+        pending_offsets=pending_offsets,
+        pending_tokens=cat([t for t, _ in builder.pending_rows], np.int32),
+        pending_next=cat([n for _, n in builder.pending_rows], index_type),
+        context_final=np.array(builder.final, dtype=bool),
+    )
+
+
+class _TokenShapes:
+    """Each token cut into: continuation bytes finishing a character begun before it (``lead``), the
+    symbols of the whole characters it holds (``symbols``, padded with -1), and the bytes of a character it
+    leaves unfinished (``tail_id`` into ``tails``; 0 = none). Also which tokens may appear at all and how."""
+
+    def __init__(self, tokenizer: Tokenizer, produced: np.ndarray):
+        V = tokenizer.vocab_size
+        table = symbol_table()
+        self.lead = np.zeros(V, dtype=np.int8)
+        self.tail_id = np.zeros(V, dtype=np.int32)
+        self.tails: list[bytes] = [b""]
+        tail_index = {b"": 0}
+        rows: list[list[int]] = []
+        valid = np.zeros(V, dtype=bool)
+        fallback = tokenizer.byte_fallback_ids
+        self.byte_fallback = np.zeros(V, dtype=bool)
+        self.byte_fallback[list(fallback.values())] = True
+        for t, raw in enumerate(tokenizer.token_bytes):
+            row: list[int] = []
+            rows.append(row)
+            if raw is None:
+                continue
+            i = 0
+            while i < len(raw) and i < 3 and 0x80 <= raw[i] < 0xC0:
+                i += 1
+            j = len(raw)  # start of an unfinished last character
+            k = len(raw) - 1
+            while k >= i and 0x80 <= raw[k] < 0xC0 and len(raw) - k < 4:
+                k -= 1
+            if k >= i and raw[k] >= 0xC0 and len(raw) - k < _utf8_length(raw[k]):
+                j = k
+            try:
+                text = raw[i:j].decode("utf-8")
+            except UnicodeDecodeError:
+                continue  # no text has these bytes inside one token
+            row.extend(table[[ord(c) for c in text]].tolist())
+            self.lead[t] = i
+            tail = raw[j:]
+            if tail not in tail_index:
+                tail_index[tail] = len(self.tails)
+                self.tails.append(tail)
+            self.tail_id[t] = tail_index[tail]
+            valid[t] = True
+        width = max(1, max(len(r) for r in rows))
+        self.symbols = np.full((V, width), -1, dtype=np.int16)
+        self.length = np.array([len(r) for r in rows], dtype=np.int32)
+        for t, r in enumerate(rows):
+            if r:
+                self.symbols[t, : len(r)] = r
+
+        regular = valid.copy()
+        regular[list(tokenizer.special_token_ids)] = False
+        added = np.zeros(V, dtype=bool)
+        added[list(tokenizer.added_token_ids - tokenizer.special_token_ids)] = True
+        regular &= ~added
+        self.boundary_token = added & valid  # non-special added tokens: matched before pre-tokenization
+        self.in_piece = regular & produced & ~self.byte_fallback  # produced by BPE inside a piece
+        self.whole_piece_only = (regular & ~produced & ~self.byte_fallback) if tokenizer.ignore_merges else np.zeros(V, bool)
+        self.byte_fallback &= regular
+        # Characters the vocabulary spells (byte fallback spells exactly the others).
+        self.vocab_chars: set[str] = set()
+        if tokenizer.byte_fallback:
+            for t in np.flatnonzero(self.in_piece).tolist():
+                raw = tokenizer.token_bytes[t]
+                text = raw.decode("utf-8", errors="ignore")
+                if len(text) == 1:
+                    self.vocab_chars.add(text)
+
+
+class _ContextBuilder:
+    """Breadth-first exploration of contexts (see the module docstring)."""
+
+    def __init__(self, tokenizer, segmentation: Segmentation, shapes: _TokenShapes, merges):
+        self.tok = tokenizer
+        self.seg = segmentation
+        self.shapes = shapes
+        n = segmentation.num_states
+        self.trans = np.vstack([segmentation.transitions, np.full((1, NUM_SYMBOLS + 1), -1, np.int32)])
+        self.trans[self.trans < 0] = n  # n: dead
+        self.final_mask = sum(1 << s for s in range(n) if segmentation.final[s])
+        self.closable = np.array([segmentation.final[s] or segmentation.transitions[s, _HASH] >= 0
+                                  for s in range(n)] + [False])
+        self.walk = self._walk_all()  # [n + 1, V]: state after the token's whole characters
+        self.bit = np.array([1 << s for s in range(n)] + [0], dtype=np.uint64)
+        self.completions: dict[bytes, tuple[bytes, int]] = {}
+        self.representative: dict[tuple[int, bytes], bytes] = {}
+        self.index: dict[tuple[int, bytes], int] = {}
+        self.open_keys: list[int] = []
+        self.pending_keys: list[tuple[int, bytes]] = []
+        self.boundary_rows: list[np.ndarray] = []
+        self.inside_rows: list[np.ndarray] = []
+        self.pending_rows: list[tuple[np.ndarray, np.ndarray]] = []
+        self.final: list[bool] = []
+        # Tokens that begin with continuation bytes: the only ones that can finish a character.
+        self.finishers = np.flatnonzero((shapes.lead > 0) & (shapes.in_piece | shapes.byte_fallback))
+
+    @property
+    def num_open(self) -> int:
+        return len(self.open_keys)
+
+    @property
+    def num_contexts(self) -> int:
+        return len(self.index)
+
+    def _walk_all(self) -> np.ndarray:
+        shapes = self.shapes
+        n = self.seg.num_states
+        V = len(shapes.length)
+        state = np.repeat(np.arange(n + 1, dtype=np.int32)[:, None], V, axis=1)
+        order = np.argsort(-shapes.length, kind="stable")
+        for col in range(shapes.symbols.shape[1]):
+            k = int((shapes.length > col).sum())
+            if k == 0:
+                break
+            idx = order[:k]
+            state[:, idx] = self.trans[state[:, idx], shapes.symbols[idx, col].astype(np.int64)]
+        return state
+
+    def _prefix_info(self, tail: bytes) -> tuple[bytes, int]:
+        """For an unfinished character ``tail``: a key equal for all prefixes whose completions behave alike
+        (same symbol — or "spelled by the vocabulary" under byte fallback — for every continuation), and the
+        bitmask of marked-DFA states from which some completion can be read.
+
+        Keying contexts by behaviour rather than by bytes matters: single continuation-byte tokens reach every
+        UTF-8 prefix (20k three-byte prefixes of four-byte characters), but almost all behave alike."""
+        if not tail:
+            return b"", (1 << self.seg.num_states) - 1
+        if tail not in self.completions:
+            length = _utf8_length(tail[0])
+            need = length - len(tail)
+            payload = tail[0] & (0x7F >> length)
+            for b in tail[1:]:
+                payload = payload << 6 | (b & 0x3F)
+            lo = max(payload << (6 * need), (0, 0, 0x80, 0x800, 0x10000)[length])
+            hi = min((payload << (6 * need)) | ((1 << (6 * need)) - 1), (0, 0, 0x7FF, 0xFFFF, 0x10FFFF)[length])
+            well_formed = length > 1 and need > 0 and all(0x80 <= b < 0xC0 for b in tail[1:])
+            if not well_formed or lo > hi:
+                self.completions[tail] = (b"dead", 0)
+                return self.completions[tail]
+            cps = np.arange(lo, hi + 1)
+            behaviour = symbol_table()[cps].astype(np.uint8)
+            behaviour[(cps >= 0xD800) & (cps <= 0xDFFF)] = 255  # surrogates are not characters
+            if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
+                spelled = [cp - cps[0] for cp in map(ord, self.shapes.vocab_chars) if cps[0] <= cp <= cps[-1]]
+                behaviour[spelled] = 255
+            syms = np.unique(behaviour[behaviour != 255])
+            live = 0
+            for s in range(self.seg.num_states):
+                if len(syms) and (self.trans[s, syms] < self.seg.num_states).any():
+                    live |= 1 << s
+            self.completions[tail] = (bytes([need]) + behaviour.tobytes(), live)
+        return self.completions[tail]
+
+    def _context(self, states: int, tail: bytes) -> int:
+        """Id of the context (states, tail), creating it; -1 if nothing can follow from it."""
+        behaviour, live = self._prefix_info(tail)
+        states &= live
+        if not states:
+            return -1
+        key = (states, behaviour)
+        if key not in self.index:
+            self.index[key] = len(self.index)  # discovery order; renumbered (open contexts first) at the end
+            (self.pending_keys if tail else self.open_keys).append(key)
+            self.representative[key] = tail
+        return self.index[key]
+
+    def _open_row(self, states: int) -> tuple[np.ndarray, np.ndarray]:
+        shapes = self.shapes
+        V = len(shapes.length)
+        members = [s for s in range(self.seg.num_states) if states >> s & 1]
+        inside = np.zeros(V, dtype=np.uint64)
+        boundary = np.zeros(V, dtype=np.uint64)
+        for s in members:
+            inside |= self.bit[self.walk[s]]
+            h = int(self.seg.transitions[s, _HASH])
+            if h >= 0:
+                boundary |= self.bit[self.walk[h]]
+        starts_clean = shapes.lead == 0
+        inside[~(shapes.in_piece | shapes.byte_fallback) | ~starts_clean] = 0
+        boundary_ok = (shapes.in_piece | shapes.byte_fallback | shapes.whole_piece_only) & starts_clean
+        boundary[~boundary_ok] = 0
+        # Whole-piece tokens must end their piece: the state after them must allow '#' or the end.
+        closable_bits = np.uint64(sum(1 << s for s in range(self.seg.num_states) if self.closable[s]))
+        whole = shapes.whole_piece_only
+        boundary[whole] &= closable_bits
+        boundary[whole & (shapes.tail_id > 0)] = 0
+        if self.tok.byte_fallback:  # a complete character in a byte-fallback token must be missing from the vocabulary
+            fb = np.flatnonzero(shapes.byte_fallback & (shapes.length == 1))
+            for t in fb.tolist():
+                if self.tok.token_bytes[t].decode("utf-8", errors="ignore") in shapes.vocab_chars:
+                    inside[t] = boundary[t] = 0
+        both = inside | boundary
+        boundary_next = self._contexts_of(boundary, shapes.tail_id)
+        inside_next = self._contexts_of(both, shapes.tail_id)
+        inside_only = self._contexts_of(inside, shapes.tail_id)
+        inside_next[inside_only < 0] = -1  # continuing the piece must itself be viable
+        # Added tokens sit between independently tokenized segments: the segment so far must be complete.
+        if states & self.final_mask:
+            for t in np.flatnonzero(shapes.boundary_token).tolist():
+                boundary_next[t] = self._context(1, b"")
+        return boundary_next, inside_next
+
+    def _contexts_of(self, sets: np.ndarray, tail_id: np.ndarray) -> np.ndarray:
+        out = np.full(len(sets), -1, dtype=np.int64)
+        live = np.flatnonzero(sets != 0)
+        if len(live) == 0:
+            return out
+        pairs = np.stack([sets[live], tail_id[live].astype(np.uint64)], axis=1)
+        uniq, inverse = np.unique(pairs, axis=0, return_inverse=True)
+        ids = np.array([self._context(int(s), self.shapes.tails[int(t)]) for s, t in uniq.tolist()], dtype=np.int64)
+        out[live] = ids[inverse.ravel()]
+        return out
+
+    def _pending_row(self, states: int, pending: bytes) -> tuple[np.ndarray, np.ndarray]:
+        shapes = self.shapes
+        need = _utf8_length(pending[0]) - len(pending)
+        tokens, nexts = [], []
+        members = [s for s in range(self.seg.num_states) if states >> s & 1]
+        for t in self.finishers.tolist():
+            raw = self.tok.token_bytes[t]
+            lead = int(shapes.lead[t])
+            if lead < need:
+                if lead != len(raw):
+                    continue
+                nxt = self._context(states, pending + raw)
+            elif lead == need:
+                try:
+                    char = (pending + raw[:need]).decode("utf-8")
+                except UnicodeDecodeError:
+                    continue
+                if self.tok.byte_fallback and (char in shapes.vocab_chars or not shapes.byte_fallback[t]):
+                    continue
+                sym = int(symbol_table()[ord(char)])
+                after = 0
+                for s in members:
+                    s1 = int(self.trans[s, sym])
+                    after |= int(self.bit[self.walk[s1, t]])
+                nxt = self._context(after, shapes.tails[int(shapes.tail_id[t])]) if after else -1
+            else:
+                continue
+            if nxt != -1:
+                tokens.append(t)
+                nexts.append(nxt)
+        return np.array(tokens, dtype=np.int32), np.array(nexts, dtype=np.int64)
+
+    def run(self) -> None:
+        self._context(1, b"")  # the start: marked-DFA state 0, nothing unfinished
+        done_open = done_pending = 0
+        open_rows: list[tuple[np.ndarray, np.ndarray]] = []
+        pending_rows: list[tuple[np.ndarray, np.ndarray]] = []
+        while done_open < len(self.open_keys) or done_pending < len(self.pending_keys):
+            if done_open < len(self.open_keys):
+                open_rows.append(self._open_row(self.open_keys[done_open][0]))
+                done_open += 1
+            else:
+                key = self.pending_keys[done_pending]
+                pending_rows.append(self._pending_row(key[0], self.representative[key]))
+                done_pending += 1
+        # Number contexts: open ones first (in discovery order), then unfinished-character ones.
+        renumber = np.empty(len(self.index) + 1, dtype=np.int64)
+        renumber[-1] = -1  # index -1 (nothing follows) stays -1
+        for i, key in enumerate(self.open_keys + self.pending_keys):
+            renumber[self.index[key]] = i
+        self.boundary_rows = [renumber[b] for b, _ in open_rows]
+        self.inside_rows = [renumber[i] for _, i in open_rows]
+        self.pending_rows = [(t, renumber[n]) for t, n in pending_rows]
+        self.final = [bool(states & self.final_mask) for states, _ in self.open_keys] + [False] * len(self.pending_keys)
