@@ -54,7 +54,6 @@ from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symb
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
 FORMAT_VERSION = 1
-_HASH = NUM_SYMBOLS  # the marked-DFA column of the boundary symbol
 
 
 class DisallowedTokenError(TokenizerError):
@@ -271,13 +270,11 @@ def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, pro
     Cached under ``cache_dir`` (default: ``<canonmerge cache>/automata``) by the tokenizer's content hash; a
     corrupt or stale cache file is rebuilt. ``progress(message)`` is called at each build stage.
     """
-    from bpe.assets import cache_dir as default_cache_dir
     from bpe.loaders import load_tokenizer
 
     tokenizer = source if isinstance(source, Tokenizer) else load_tokenizer(source)
     key = tokenizer_key(tokenizer)
-    root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "automata"
-    path = root / f"canonical-{key[:32]}.npz"
+    path = _cache_file(key, cache_dir)
     if path.exists():
         try:
             return CanonicalAutomaton.load(path, key)
@@ -291,12 +288,17 @@ def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, pro
 
 def cache_path(source, cache_dir: str | os.PathLike | None = None) -> Path:
     """Where ``compile_tokenizer`` keeps the automaton of ``source``."""
-    from bpe.assets import cache_dir as default_cache_dir
     from bpe.loaders import load_tokenizer
 
     tokenizer = source if isinstance(source, Tokenizer) else load_tokenizer(source)
+    return _cache_file(tokenizer_key(tokenizer), cache_dir)
+
+
+def _cache_file(key: str, cache_dir: str | os.PathLike | None) -> Path:
+    from bpe.assets import cache_dir as default_cache_dir
+
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "automata"
-    return root / f"canonical-{tokenizer_key(tokenizer)[:32]}.npz"
+    return root / f"canonical-{key[:32]}.npz"
 
 
 def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> CanonicalAutomaton:
@@ -411,15 +413,18 @@ class _TokenShapes:
         self.boundary_token = added & valid  # non-special added tokens: matched before pre-tokenization
         self.in_piece = regular & produced & ~self.byte_fallback  # produced by BPE inside a piece
         self.whole_piece_only = (regular & ~produced & ~self.byte_fallback) if tokenizer.ignore_merges else np.zeros(V, bool)
-        self.byte_fallback &= regular
-        # Characters the vocabulary spells (byte fallback spells exactly the others).
+        # Characters the vocabulary spells (byte fallback spells exactly the others): a byte-fallback token
+        # holding a whole such character (<0x41> for "A") is never produced.
         self.vocab_chars: set[str] = set()
         if tokenizer.byte_fallback:
             for t in np.flatnonzero(self.in_piece).tolist():
-                raw = tokenizer.token_bytes[t]
-                text = raw.decode("utf-8", errors="ignore")
+                text = tokenizer.token_bytes[t].decode("utf-8", errors="ignore")
                 if len(text) == 1:
                     self.vocab_chars.add(text)
+            for t in np.flatnonzero(self.byte_fallback & (self.length == 1)).tolist():
+                if tokenizer.token_bytes[t].decode("utf-8", errors="ignore") in self.vocab_chars:
+                    self.byte_fallback[t] = False
+        self.byte_fallback &= regular
 
 
 class _ContextBuilder:
@@ -433,8 +438,9 @@ class _ContextBuilder:
         self.trans = np.vstack([segmentation.transitions, np.full((1, NUM_SYMBOLS + 1), -1, np.int32)])
         self.trans[self.trans < 0] = n  # n: dead
         self.final_mask = sum(1 << s for s in range(n) if segmentation.final[s])
-        self.closable = np.array([segmentation.final[s] or segmentation.transitions[s, _HASH] >= 0
-                                  for s in range(n)] + [False])
+        # States where a piece may end: whole-piece tokens must leave the boundary DFA in one of them.
+        self.closable_bits = np.uint64(sum(1 << s for s in range(n) if segmentation.final[s]
+                                           or segmentation.transitions[s, Segmentation.HASH] >= 0))
         self.walk = self._walk_all()  # [n + 1, V]: state after the token's whole characters
         self.bit = np.array([1 << s for s in range(n)] + [0], dtype=np.uint64)
         self.completions: dict[bytes, tuple[bytes, int]] = {}
@@ -446,6 +452,8 @@ class _ContextBuilder:
         self.inside_rows: list[np.ndarray] = []
         self.pending_rows: list[tuple[np.ndarray, np.ndarray]] = []
         self.final: list[bool] = []
+        # Per unfinished character a token leaves: the states from which it can still be completed.
+        self.live_by_tail = np.array([self._prefix_info(tail)[1] for tail in shapes.tails], dtype=np.uint64)
         # Tokens that begin with continuation bytes: the only ones that can finish a character.
         self.finishers = np.flatnonzero((shapes.lead > 0) & (shapes.in_piece | shapes.byte_fallback))
 
@@ -527,28 +535,19 @@ class _ContextBuilder:
         boundary = np.zeros(V, dtype=np.uint64)
         for s in members:
             inside |= self.bit[self.walk[s]]
-            h = int(self.seg.transitions[s, _HASH])
+            h = int(self.seg.transitions[s, Segmentation.HASH])
             if h >= 0:
                 boundary |= self.bit[self.walk[h]]
         starts_clean = shapes.lead == 0
         inside[~(shapes.in_piece | shapes.byte_fallback) | ~starts_clean] = 0
         boundary_ok = (shapes.in_piece | shapes.byte_fallback | shapes.whole_piece_only) & starts_clean
         boundary[~boundary_ok] = 0
-        # Whole-piece tokens must end their piece: the state after them must allow '#' or the end.
-        closable_bits = np.uint64(sum(1 << s for s in range(self.seg.num_states) if self.closable[s]))
         whole = shapes.whole_piece_only
-        boundary[whole] &= closable_bits
+        boundary[whole] &= self.closable_bits
         boundary[whole & (shapes.tail_id > 0)] = 0
-        if self.tok.byte_fallback:  # a complete character in a byte-fallback token must be missing from the vocabulary
-            fb = np.flatnonzero(shapes.byte_fallback & (shapes.length == 1))
-            for t in fb.tolist():
-                if self.tok.token_bytes[t].decode("utf-8", errors="ignore") in shapes.vocab_chars:
-                    inside[t] = boundary[t] = 0
-        both = inside | boundary
         boundary_next = self._contexts_of(boundary, shapes.tail_id)
-        inside_next = self._contexts_of(both, shapes.tail_id)
-        inside_only = self._contexts_of(inside, shapes.tail_id)
-        inside_next[inside_only < 0] = -1  # continuing the piece must itself be viable
+        inside_next = self._contexts_of(inside | boundary, shapes.tail_id)
+        inside_next[(inside & self.live_by_tail[shapes.tail_id]) == 0] = -1  # continuing the piece must itself be viable
         # Added tokens sit between independently tokenized segments: the segment so far must be complete.
         if states & self.final_mask:
             for t in np.flatnonzero(shapes.boundary_token).tolist():

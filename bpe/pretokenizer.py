@@ -90,8 +90,8 @@ class Segmentation:
         return len(self.final)
 
     def marks(self, text: str) -> list[str] | None:
-        """Pieces of ``text`` as this automaton draws them (for tests; exponential-free: greedy search over
-        the DFA keeping both options)."""
+        """Pieces of ``text`` as this automaton draws them (for tests): one pass over the text, keeping every
+        boundary choice still alive (the correct marking is the one that reaches a final state)."""
         symbols = symbol_table()[[ord(c) for c in text]].tolist()
         # Dynamic programming over positions: reachable (state, boundary positions) — the marking is unique.
         frontier = {0: []}
@@ -241,15 +241,11 @@ def _alternative(text: str, pattern: str) -> _Alternative:
         raise UnsupportedTokenizerError(f"pre-tokenizer {pattern!r}: alternative {text!r}: {exc}") from None
     if dfa.accepting[dfa.start]:
         raise UnsupportedTokenizerError(f"pre-tokenizer {pattern!r}: alternative {text!r} matches the empty string")
-    order = [dfa.start] + [s for s in range(dfa.num_states) if s != dfa.start]
-    renumber = np.empty(dfa.num_states + 1, dtype=np.int32)
-    renumber[order] = np.arange(dfa.num_states)
+    # Minimised DFAs start in state 0; add an explicit dead state so that every body is total.
     dead = dfa.num_states
-    renumber[-1] = dead  # MISSING (-1) indexes the last entry
-    body = renumber[dfa.transitions[order]]
-    body = np.vstack([body, np.full((1, NUM_SYMBOLS), dead, dtype=np.int32)])
-    accepting = np.append(dfa.accepting[order], False)
-    return _Alternative(body, accepting, lookahead, dead)
+    body = np.vstack([np.where(dfa.transitions < 0, dead, dfa.transitions),
+                      np.full((1, NUM_SYMBOLS), dead)]).astype(np.int32)
+    return _Alternative(body, np.append(dfa.accepting, False), lookahead, dead)
 
 
 def _rule_alternatives(rule: SplitRule) -> list[_Alternative]:
@@ -458,7 +454,7 @@ def _symbol_classes(machines: list[_Rule]) -> list[tuple[int, list[int]]]:
             if a.lookahead is not None:
                 columns.append(a.lookahead[:NUM_SYMBOLS, None].astype(np.int32))
     signature = np.hstack(columns)
-    _, first, inverse = np.unique(signature, axis=0, return_index=True, return_inverse=True)
+    _, inverse = np.unique(signature, axis=0, return_inverse=True)
     groups: dict[int, list[int]] = {}
     for s, g in enumerate(inverse.ravel().tolist()):
         groups.setdefault(g, []).append(s)
@@ -469,13 +465,5 @@ def _minimised(transitions: np.ndarray, final: np.ndarray) -> Segmentation:
     from automata import DFA
 
     labels = Alphabet("labels", tuple(str(i) for i in range(NUM_SYMBOLS + 1)))
-    dfa = DFA(transitions, final, 0, labels).trim().minimise()
-    return Segmentation(np.ascontiguousarray(dfa.transitions), dfa.accepting.copy()) if dfa.start == 0 else \
-        _renumber_start(dfa)
-
-
-def _renumber_start(dfa) -> Segmentation:
-    order = [dfa.start] + [s for s in range(dfa.num_states) if s != dfa.start]
-    renumber = np.full(dfa.num_states + 1, -1, dtype=np.int32)
-    renumber[order] = np.arange(dfa.num_states)
-    return Segmentation(renumber[dfa.transitions[order]], dfa.accepting[order].copy())
+    dfa = DFA(transitions, final, 0, labels).minimise()  # trimmed, start renumbered to 0
+    return Segmentation(np.ascontiguousarray(dfa.transitions), dfa.accepting.copy())

@@ -169,11 +169,10 @@ def test_hypothesis_strings_are_accepted_and_respellings_judged_like_the_runtime
 # -- (d): on a restricted alphabet, allowed_after equals the brute-force runtime oracle -------------------------
 
 
-@pytest.mark.parametrize("name,alphabet", [("gpt2", "ab '\n1s"), ("llama3", "ab '\n1s"), ("smollm2", "a '\n1中"),
-                                           ("qwen3", "ab '\n1"), ("mistral", "abens ")])
-def test_allowed_after_equals_the_runtime_pairwise_oracle(name, alphabet):
-    """For every token t1 over the alphabet and t2 over it: t2 may follow t1 at the start of a text iff some
-    continuation (up to 2 more characters of the alphabet) makes the runtime tokenize t1 t2 ... that way."""
+def _pairwise_verdicts(name, alphabet):
+    """For every token t1 over the alphabet and t2 over it, (allowed, canonical, (text of t1, text of t2)):
+    allowed: t2 may follow t1 at the start of a text, by the automaton; canonical: some continuation (up to 2
+    more characters of the alphabet) makes the runtime tokenize t1 t2 ... that way. Also returns the tokens."""
     import itertools
 
     model, automaton = model_of(name), automaton_of(name)
@@ -200,6 +199,13 @@ def test_allowed_after_equals_the_runtime_pairwise_oracle(name, alphabet):
         seen = {tuple(e.ids[:2]) for e in encodings}
         for t2 in tokens:
             verdicts.append((bool(allowed[t2]), (t1, t2) in seen, (prefix, model.token_bytes[t2].decode())))
+    return tokens, verdicts
+
+
+@pytest.mark.parametrize("name,alphabet", [("gpt2", "ab '\n1s"), ("llama3", "ab '\n1s"), ("smollm2", "a '\n1中"),
+                                           ("qwen3", "ab '\n1"), ("mistral", "abens ")])
+def test_allowed_after_equals_the_runtime_pairwise_oracle(name, alphabet):
+    tokens, verdicts = _pairwise_verdicts(name, alphabet)
     _check_verdicts(name, verdicts)
     assert len(tokens) >= 5
 
