@@ -248,3 +248,22 @@ def reference_runtime(name: str):
     if dec and dec.get("type") == "Sequence":
         dec["decoders"] = [d for d in dec["decoders"] if d.get("type") != "Strip"]
     return HFTokenizer.from_str(_json.dumps(data))
+
+
+def reference_model():
+    """SmolLM2-135M-Instruct as a ``transformers`` causal LM (CPU, float32, eval mode), loaded offline from the
+    pinned GGUF asset (dequantising takes ~30 s on 2 cores). Its tokenizer is ``tokenizer_source("smollm2")``."""
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    path = asset_path("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    return model.eval()

@@ -53,7 +53,7 @@ from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symb
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 
 
 class DisallowedTokenError(TokenizerError):
@@ -81,6 +81,9 @@ class CanonicalAutomaton:
     - ``pending_offsets``/``pending_tokens``/``pending_next``: sparse rows for contexts with an unfinished
       character (context ids ``num_open ..``).
     - ``context_final``: bool[contexts]: the text may end here.
+    - ``token_blob``/``token_offsets``/``token_has_bytes``/``eos_token_ids``: the vocabulary itself (token t is
+      ``token_blob[token_offsets[t]:token_offsets[t+1]]``; special tokens have no bytes), so a compiled
+      automaton is all a constraint compiler needs.
     """
 
     merge_class: np.ndarray
@@ -96,6 +99,10 @@ class CanonicalAutomaton:
     pending_tokens: np.ndarray
     pending_next: np.ndarray
     context_final: np.ndarray
+    token_blob: np.ndarray
+    token_offsets: np.ndarray
+    token_has_bytes: np.ndarray
+    eos_token_ids: np.ndarray
 
     # ---- sizes --------------------------------------------------------------------------------------------
     @property
@@ -127,6 +134,13 @@ class CanonicalAutomaton:
     @property
     def start_class(self) -> int:
         return 0  # context 0 (nothing read), merge class 0 (forbids nothing)
+
+    @property
+    def token_bytes(self) -> list[bytes | None]:
+        """The bytes of every token (``None`` for special tokens), as ``Tokenizer.token_bytes``."""
+        blob, offsets = self.token_blob.tobytes(), self.token_offsets.tolist()
+        return [blob[offsets[t]:offsets[t + 1]] if has else None
+                for t, has in enumerate(self.token_has_bytes.tolist())]
 
     # ---- queries ------------------------------------------------------------------------------------------
     def _split(self, class_id: int) -> tuple[int, int]:
@@ -199,7 +213,7 @@ class CanonicalAutomaton:
     # ---- storage ------------------------------------------------------------------------------------------
     _FIELDS = ("merge_class", "after_class", "forbid_order", "forbid_position", "forbid_starts", "forbid_ends",
                "forbid_offsets", "boundary_next", "inside_next", "pending_offsets", "pending_tokens",
-               "pending_next", "context_final")
+               "pending_next", "context_final", "token_blob", "token_offsets", "token_has_bytes", "eos_token_ids")
 
     def _digest(self, key: str) -> str:
         digest = hashlib.sha256(f"{FORMAT_VERSION}:{key}".encode())
@@ -352,7 +366,20 @@ def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> Canonic
         pending_tokens=cat([t for t, _ in builder.pending_rows], np.int32),
         pending_next=cat([n for _, n in builder.pending_rows], index_type),
         context_final=np.array(builder.final, dtype=bool),
+        **_vocabulary_arrays(tokenizer),
     )
+
+
+def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
+    lengths = np.array([len(b) if b is not None else 0 for b in tokenizer.token_bytes], dtype=np.int64)
+    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    return {
+        "token_blob": np.frombuffer(b"".join(b for b in tokenizer.token_bytes if b is not None), dtype=np.uint8).copy(),
+        "token_offsets": offsets,
+        "token_has_bytes": np.array([b is not None for b in tokenizer.token_bytes], dtype=bool),
+        "eos_token_ids": np.array(tokenizer.eos_token_ids, dtype=np.int32),
+    }
 
 
 class _TokenShapes:

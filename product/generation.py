@@ -1,0 +1,145 @@
+"""Masks on torch devices, a ``transformers`` logits processor, and generation that skips forced steps.
+
+The guide computes packed masks on the CPU (``Guide.fill_bitmask``: int32 words, bit ``t % 32`` of word
+``t // 32``); here they are copied to the logits' device in one transfer per step and expanded there with a
+shift-and-and against ``arange(32)``, then applied with ``masked_fill`` — the same code on CPU and GPU.
+
+``generate`` drives a causal LM with a KV cache. Where the guide leaves exactly one choice (``forced_tokens``)
+the tokens are appended without asking the model; they are fed to the model together with the next sampled
+step, in one forward pass. The report counts the passes this skipped.
+
+Leaves out: beam search (the processor tracks one guide state per row and assumes rows are not reordered) and
+batching inside ``generate`` (use the processor with ``model.generate`` for batches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import transformers
+
+from product.guide import Guide
+
+__all__ = ["apply_bitmask", "LogitsProcessor", "generate", "Generation"]
+
+_SHIFTS: dict[torch.device, torch.Tensor] = {}
+
+
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
+    """Set ``logits[i, t] = -inf`` wherever bit t of ``bitmask[i]`` is clear, in place; columns past the
+    bitmask's vocabulary (a model's padded embedding rows) are masked too. Any device; returns ``logits``."""
+    if bitmask.device != logits.device:
+        bitmask = bitmask.to(logits.device, non_blocking=True)
+    shifts = _SHIFTS.get(logits.device)
+    if shifts is None:
+        shifts = _SHIFTS[logits.device] = torch.arange(32, dtype=torch.int32, device=logits.device)
+    rows, width = logits.shape
+    allowed = ((bitmask.unsqueeze(-1) >> shifts) & 1).bool().reshape(rows, -1)
+    covered = min(width, allowed.shape[1])
+    logits[:, :covered].masked_fill_(~allowed[:, :covered], float("-inf"))
+    if width > covered:
+        logits[:, covered:] = float("-inf")
+    return logits
+
+
+class LogitsProcessor(transformers.LogitsProcessor):
+    """A ``transformers`` logits processor that keeps each row of ``model.generate`` inside the guide.
+
+    One processor per ``generate`` call (it remembers each row's guide state). Rows that emitted EOS are
+    allowed only EOS afterwards. Greedy search and sampling only: beam search reorders rows.
+    """
+
+    def __init__(self, guide: Guide):
+        self.guide = guide
+        self._states: list[int] | None = None
+        self._finished: list[bool] = []
+        self._buffer = None
+        self._eos = set(guide.eos_token_ids)
+        eos_row = np.zeros(guide.num_words, dtype=np.uint32)
+        for t in self._eos:
+            eos_row[t >> 5] |= np.uint32(1 << (t & 31))
+        self._eos_row = torch.from_numpy(eos_row.view(np.int32))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        rows = input_ids.shape[0]
+        if self._states is None:
+            self._states = [self.guide.initial_state] * rows
+            self._finished = [False] * rows
+            self._buffer = torch.zeros((rows, self.guide.num_words), dtype=torch.int32)
+            if scores.device.type == "cuda":
+                self._buffer = self._buffer.pin_memory()
+        else:
+            for i, token in enumerate(input_ids[:, -1].tolist()):
+                if self._finished[i]:
+                    continue
+                if token in self._eos:
+                    self._finished[i] = True
+                else:
+                    self._states[i] = self.guide.advance(self._states[i], token)
+        self.guide.fill_bitmask(self._states, self._buffer)
+        for i, done in enumerate(self._finished):
+            if done:  # only EOS after EOS (transformers pads finished rows)
+                self._buffer[i] = self._eos_row
+        return apply_bitmask(scores, self._buffer)
+
+
+@dataclass
+class Generation:
+    """What ``generate`` produced and how: ``forced_tokens`` were appended without choosing by the model, so a
+    token-by-token decoder would have needed ``forward_passes + forced_tokens`` passes."""
+
+    token_ids: list[int]
+    forward_passes: int
+    forced_tokens: int
+    finished: bool  # ended in an accepting state (EOS chosen or the only option)
+
+    @property
+    def skipped_passes(self) -> int:
+        return self.forced_tokens
+
+    @property
+    def forced_share(self) -> float:
+        return self.forced_tokens / max(1, len(self.token_ids))
+
+
+@torch.no_grad()
+def generate(model, guide: Guide, prompt_ids, *, max_new_tokens: int = 256, do_sample: bool = False,
+             temperature: float = 1.0, generator: torch.Generator | None = None) -> Generation:
+    """Generate one continuation of ``prompt_ids`` that the guide accepts (EOS not included in the result).
+
+    Greedy by default; ``do_sample=True`` samples from the masked softmax at ``temperature``.
+    """
+    device = next(model.parameters()).device
+    state, out = guide.initial_state, []
+    feed, past, passes, forced = list(prompt_ids), None, 0, 0
+    bitmask = torch.zeros((1, guide.num_words), dtype=torch.int32)
+    eos = set(guide.eos_token_ids)
+    while len(out) < max_new_tokens:
+        chain = guide.forced_tokens(state)[: max_new_tokens - len(out)]
+        if chain:
+            for t in chain:
+                state = guide.advance(state, t)
+            out += chain
+            feed += chain
+            forced += len(chain)
+            continue
+        guide.fill_bitmask([state], bitmask)
+        if guide.is_accepting(state) and int(np.bitwise_count(bitmask.numpy().view(np.uint32)).sum()) == 1:
+            return Generation(out, passes, forced, True)  # EOS is the only option: no need to ask
+        result = model(input_ids=torch.tensor([feed], device=device), past_key_values=past, use_cache=True)
+        passes += 1
+        past = result.past_key_values
+        logits = apply_bitmask(result.logits[:, -1, :].float(), bitmask)
+        if do_sample:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            token = int(torch.multinomial(probs, 1, generator=generator).item())
+        else:
+            token = int(torch.argmax(logits, dim=-1).item())
+        if token in eos:
+            return Generation(out, passes, forced, True)
+        state = guide.advance(state, token)
+        out.append(token)
+        feed = [token]
+    return Generation(out, passes, forced, guide.is_accepting(state))

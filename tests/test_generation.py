@@ -1,0 +1,67 @@
+"""Masks applied to logits on every device, the transformers processor and forced-token generation, on the
+real SmolLM2-135M-Instruct model."""
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from automata import MISSING, from_regex
+from bpe.assets import reference_model
+from product import LogitsProcessor, apply_bitmask, compile_regex, generate
+from tests.conftest import automaton_of, runtime_of
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_apply_bitmask_matches_boolean_masking(device):
+    rng = np.random.default_rng(0)
+    vocab, padded = 1000, 1024 + 7  # a model whose logits are wider than the vocabulary
+    allowed = rng.random((3, vocab)) < 0.3
+    words = np.packbits(np.pad(allowed, ((0, 0), (0, 32 - vocab % 32))), axis=1, bitorder="little").view(np.int32)
+    logits = torch.randn(3, padded, device=device)
+    expected = logits.clone().cpu()
+    expected[:, :vocab][~torch.from_numpy(allowed)] = float("-inf")
+    expected[:, vocab:] = float("-inf")
+    out = apply_bitmask(logits, torch.from_numpy(words))
+    assert out.device.type == device and torch.equal(out.cpu(), expected)
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    return reference_model()
+
+
+def test_generate_is_canonical_and_skips_forced_steps(smollm2):
+    runtime = runtime_of("smollm2")
+    pattern = r'\{"city": "(Paris|Lyon|Marseille)", "country": "France", "population_millions": [0-9]{1,2}\}'
+    guide = compile_regex(pattern, automaton_of("smollm2"))
+    prompt = runtime.encode("The largest city of France, as JSON: ", add_special_tokens=False).ids
+    result = generate(smollm2, guide, prompt, max_new_tokens=64)
+    text = runtime.decode(result.token_ids)
+    assert result.finished and re.fullmatch(pattern, text), text
+    assert runtime.encode(text, add_special_tokens=False).ids == result.token_ids  # canonical
+    assert result.forced_tokens >= 10 and result.forward_passes + result.forced_tokens >= len(result.token_ids)
+    sampled = generate(smollm2, guide, prompt, do_sample=True, generator=torch.Generator().manual_seed(0))
+    assert re.fullmatch(pattern, runtime.decode(sampled.token_ids))
+
+
+def test_logits_processor_keeps_model_generate_inside_the_guide(smollm2):
+    runtime = runtime_of("smollm2")
+    pattern = r"(yes|no|maybe), because [a-z ]{5,40}\."
+    guide, dfa = compile_regex(pattern, automaton_of("smollm2")), from_regex(pattern)
+    prompt = runtime.encode("Is the sky blue? Answer:", add_special_tokens=False).ids
+    inputs = torch.tensor([prompt, prompt])
+    out = smollm2.generate(inputs, attention_mask=torch.ones_like(inputs), max_new_tokens=40, do_sample=True,
+                           logits_processor=[LogitsProcessor(guide)], pad_token_id=guide.eos_token_ids[0],
+                           eos_token_id=list(guide.eos_token_ids))
+    for row in out[:, len(prompt):].tolist():
+        ids = [t for t in row if t not in guide.eos_token_ids]
+        text = runtime.decode(ids)
+        if len(ids) < len(row):  # finished with EOS: a complete, canonical answer
+            assert re.fullmatch(pattern, text), text
+            assert runtime.encode(text, add_special_tokens=False).ids == ids
+        else:  # cut off by max_new_tokens: still a prefix of some string of the language
+            assert dfa.run(list(text.encode())) != MISSING, text

@@ -1,0 +1,216 @@
+"""CartesianMerge guides against the real runtime: exact masks on finite languages, DirectMerge agreement,
+random walks on unbounded patterns, the reference's examples, and bad input."""
+
+import re
+
+import numpy as np
+import pytest
+
+from automata import Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
+from bpe import DisallowedTokenError, direct_merge
+from product import InvalidTokenError, compile_regex
+from tests.conftest import automaton_of, model_of, runtime_of
+
+PAIR_RULE = ("llama3",)  # sound but not exact canonical automaton (see README: Llama-3 corner)
+
+FINITE_PATTERNS = [
+    r" William| Theodore",
+    r"boolean: (true|false)",
+    r"(1[0-9]{0,2}|[2-9][0-9]?|0)",
+    r"(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+    r'\{"(name|id)": "(ab|a b|xyz)"\}',
+    r"a{0,4}b{0,3}",
+    r"(yes|no|maybe)( ?)(\n|  )?",
+    r"[a-c]{1,3} [a-c]{1,2}",
+    r"(café|naïve|日本語|😀!)",
+]
+
+
+def _runtime_trie(name: str, pattern: str) -> dict[tuple, set]:
+    """Every prefix of the runtime's encodings of the language -> the ids that follow it (-1: a string ends)."""
+    runtime = runtime_of(name)
+    trie: dict[tuple, set] = {}
+    for symbols in from_regex(pattern).strings(100_000):
+        ids = runtime.encode(bytes(symbols).decode(), add_special_tokens=False).ids
+        for k in range(len(ids) + 1):
+            trie.setdefault(tuple(ids[:k]), set()).add(ids[k] if k < len(ids) else -1)
+    return trie
+
+
+@pytest.mark.parametrize("pattern", FINITE_PATTERNS)
+def test_masks_are_exactly_the_runtime_continuations(tokenizer_name, pattern):
+    """At every node of the trie of the runtime's encodings, allowed = the node's children, plus EOS exactly
+    where a string ends: no over- and no under-constraining."""
+    guide = compile_regex(pattern, automaton_of(tokenizer_name))
+    eos = set(guide.eos_token_ids)
+    missing = extra = 0
+    for prefix, following in _runtime_trie(tokenizer_name, pattern).items():
+        state = guide.initial_state
+        for t in prefix:
+            state = guide.advance(state, t)
+        allowed = set(np.flatnonzero(guide.allowed(state)).tolist())
+        expected = {t for t in following if t >= 0} | (eos if -1 in following else set())
+        missing += len(expected - allowed)
+        extra += len(allowed - expected)
+        assert guide.is_accepting(state) == (-1 in following)
+    assert missing == 0, f"{missing} canonical continuations masked out"
+    if tokenizer_name not in PAIR_RULE:
+        assert extra == 0, f"{extra} non-canonical continuations allowed"
+
+
+def _token_language(guide, limit=20_000):
+    """The guide's token language as (states, edges, accepting) by BFS over guide states (EOS left out)."""
+    index, order, edges = {guide.initial_state: 0}, [guide.initial_state], []
+    eos = set(guide.eos_token_ids)
+    for i, state in enumerate(order):
+        for t in np.flatnonzero(guide.allowed(state)).tolist():
+            if t in eos:
+                continue
+            nxt = guide.advance(state, t)
+            if nxt not in index:
+                index[nxt] = len(order)
+                order.append(nxt)
+                assert len(order) < limit
+            edges.append((i, t, index[nxt]))
+    return order, edges, [guide.is_accepting(s) for s in order]
+
+
+@pytest.mark.parametrize("pattern, chars", [(r"(ab|ba)*c", "abc"), (r"a+ba*", "ab"), (r"[a-c]+ [a-c]*", "abc "),
+                                            (r"(yes|no)( (yes|no)){0,3}", "yesno "),
+                                            (r"boolean: (true|false)", "boolean: trufs")])
+def test_cartesian_merge_equals_direct_merge_on_mistral(pattern, chars):
+    """Mistral has no pre-tokenizer, so DirectMerge on the regex DFA is the exact reference: walk both automata
+    together; at every reachable pair the next-token sets and acceptance agree."""
+    model = model_of("mistral")
+    guide = compile_regex(pattern, automaton_of("mistral"))
+    reference = direct_merge(from_regex(pattern, Alphabet.of_chars(chars)), model)
+    dfa, symbol_of = reference.dfa, {int(t): i for i, t in enumerate(reference.token_ids)}
+    eos = set(guide.eos_token_ids)
+    seen, todo = set(), [(guide.initial_state, dfa.start)]
+    while todo:
+        state, q = todo.pop()
+        if (state, q) in seen:
+            continue
+        seen.add((state, q))
+        assert guide.is_accepting(state) == bool(dfa.accepting[q])
+        allowed = set(np.flatnonzero(guide.allowed(state)).tolist()) - eos
+        expected = {int(reference.token_ids[x]) for x in np.flatnonzero(dfa.transitions[q] >= 0)}
+        assert allowed == expected, (pattern, [model.token_strings[t] for t in allowed ^ expected])
+        for t in allowed:
+            todo.append((guide.advance(state, t), int(dfa.transitions[q, symbol_of[t]])))
+    assert len(seen) > 3
+
+
+WALK_PATTERNS = [
+    r"[a-z]+( [a-z]+)*",
+    r"[+-]?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",  # Outlines paper: float
+    r"((25[0-5]|2[0-4]\d|[01]?\d\d?)\.){3}(25[0-5]|2[0-4]\d|[01]?\d\d?)",  # Outlines paper: IP address
+    r"(yes|no)",  # Outlines paper: yes/no
+    r'\{"name": "[^"\\\x00-\x1f]*", "age": [0-9]{1,3}\}',
+    r"(\s|[a-z'])*x",
+]
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mistral", "smollm2", "qwen3", "llama3"])
+@pytest.mark.parametrize("pattern", WALK_PATTERNS)
+def test_random_walks_never_dead_end_and_are_canonical(name, pattern):
+    """Uniform random walks over allowed tokens: never stuck, decode to a fullmatch, and (exact automata) are
+    exactly what the runtime produces for the text."""
+    guide, runtime = compile_regex(pattern, automaton_of(name)), runtime_of(name)
+    rng = np.random.default_rng(abs(hash((name, pattern))) % 2**32)
+    eos = np.array(guide.eos_token_ids)
+    finished = non_canonical = 0
+    first_byte = np.array([min(b[0], 0x80) if b else 0 for b in model_of(name).token_bytes])  # non-ASCII: one group
+    for _ in range(100):
+        state, ids = guide.initial_state, []
+        for step in range(150):
+            allowed = guide.allowed(state)
+            assert allowed.any(), f"dead end after {ids}"
+            if guide.is_accepting(state) and (rng.random() < 0.25 or step > 40):
+                break
+            allowed[eos] = False
+            choices = np.flatnonzero(allowed)
+            if not len(choices):
+                break
+            # a first byte uniformly, then a token starting with it: free-text states still end in time
+            groups = np.flatnonzero(np.bincount(first_byte[choices], minlength=129))
+            token = int(rng.choice(choices[first_byte[choices] == rng.choice(groups)]))
+            ids.append(token)
+            state = guide.advance(state, token)
+        else:
+            continue  # cut off before accepting: nothing to check but the absence of dead ends
+        finished += 1
+        text = runtime.decode(ids, skip_special_tokens=False)
+        assert re.fullmatch(pattern, text), (text, ids)
+        non_canonical += runtime.encode(text, add_special_tokens=False).ids != ids
+    assert finished > 40
+    if name not in PAIR_RULE:
+        assert non_canonical == 0
+
+
+def test_boolean_reference_example_on_mistral():
+    """The reference: 'boolean: ((true)|(false))' on Mistral admits exactly two canonical token paths; the
+    automaton minimises to DirectMerge's 4 states, 4 transitions."""
+    model = model_of("mistral")
+    guide = compile_regex(r"boolean: ((true)|(false))", automaton_of("mistral"))
+    states, edges, accepting = _token_language(guide)
+    paths, todo = [], [(0, [])]
+    while todo:
+        s, path = todo.pop()
+        if accepting[s]:
+            paths.append([model.token_strings[t] for t in path])
+        todo += [(b, path + [t]) for a, t, b in edges if a == s]
+    assert sorted(paths) == [["boolean", ":", "▁false"], ["boolean", ":", "▁true"]]
+    assert len(states) == 5 and len(edges) == 4  # one state per step, a final state per answer
+
+
+def test_non_canonical_mode_allows_every_tokenization():
+    """canonical_only=False is the peers' behaviour: a respelling that decodes into the language is allowed."""
+    ca, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    canonical = compile_regex(r"Hello world", ca)
+    anything = compile_regex(r"Hello world", ca, canonical_only=False)
+    respelled = [runtime.token_to_id(t) for t in ["H", "ello", "Ġwor", "ld"]]
+    assert anything.accepts(respelled) and not canonical.accepts(respelled)
+    assert canonical.accepts(runtime.encode("Hello world", add_special_tokens=False).ids)
+    first = canonical.allowed(canonical.initial_state)
+    assert (first <= anything.allowed(anything.initial_state)).all() and first.sum() < 10
+
+
+def test_fill_bitmask_and_forced_tokens_agree_with_allowed():
+    guide = compile_regex(r'\{"answer": "(yes|no)", "confidence": [0-9]\}', automaton_of("smollm2"))
+    runtime = runtime_of("smollm2")
+    ids = runtime.encode('{"answer": "no", "confidence": 7}', add_special_tokens=False).ids
+    states = [guide.initial_state]
+    for t in ids:
+        states.append(guide.advance(states[-1], t))
+    out = np.zeros((len(states), guide.num_words), dtype=np.int32)
+    guide.fill_bitmask(states, out)
+    for row, state in zip(out, states):
+        bits = np.unpackbits(row.view(np.uint8), bitorder="little")[: guide.vocab_size].astype(bool)
+        assert (bits == guide.allowed(state)).all()
+    forced = guide.forced_tokens(guide.initial_state)
+    assert list(forced) == ids[: len(forced)] and len(forced) >= 3  # '{"answer": "' has one canonical spelling
+    assert guide.forced_tokens(states[-1]) == ()  # accepting: EOS is a choice
+
+
+def test_bad_input_gets_typed_errors():
+    ca = automaton_of("gpt2")
+    with pytest.raises(RegexError):
+        compile_regex(r"(a)\1", ca)  # backreference
+    with pytest.raises(RegexError):
+        compile_regex(r"a(?<=a)", ca)  # lookbehind (lookahead is supported)
+    with pytest.raises(RegexError):
+        compile_regex(r"\bfoo", ca)  # word boundary
+    with pytest.raises(EmptyLanguageError):
+        compile_regex(r"(?=b)a", ca)  # lookahead that contradicts the match
+    with pytest.raises(StateLimitError):
+        compile_regex(r"[a-z]{0,40}[0-9]{0,40}", ca, max_states=50)
+    guide = compile_regex(r"(yes|no)", ca)
+    with pytest.raises(InvalidTokenError):
+        guide.advance(guide.initial_state, ca.vocab_size)
+    with pytest.raises(DisallowedTokenError):
+        guide.advance(guide.initial_state, runtime_of("gpt2").token_to_id("maybe"))
+    with pytest.raises(DisallowedTokenError):  # EOS before the text is complete
+        guide.advance(guide.initial_state, guide.eos_token_ids[0])
+    with pytest.raises(ValueError):
+        guide.allowed(-1)
