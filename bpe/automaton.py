@@ -28,7 +28,8 @@ Contexts are few (tens with no unfinished character; the rest are sparse rows ov
 that begin with continuation bytes), which is what keeps the automaton as small as the merge table's.
 
 Deliberately not exact, and measured in the tests and README (each errs towards *allowing*, so the runtime's
-own output is never rejected): texts that are not NFC under an NFC normaliser; ``ignore_merges`` tokenizers
+own output is never rejected): under an NFC normaliser, a base character followed by a combining mark NFC would
+compose (characters that never occur in NFC text are excluded); ``ignore_merges`` tokenizers
 (the pair rule above, and pieces whose BPE spelling differs from the single vocabulary token); non-special
 added tokens spelled out by regular tokens.
 Special tokens are never produced by text and never allowed; EOS is the constraint layer's business.
@@ -41,6 +42,7 @@ import json
 import os
 import tempfile
 import time
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,7 +55,7 @@ from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symb
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 4
 
 
 class DisallowedTokenError(TokenizerError):
@@ -382,6 +384,22 @@ def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
     }
 
 
+_NEVER_NORMALIZED: dict[str, np.ndarray] = {}
+
+
+def _never_normalized(form: str) -> np.ndarray:
+    """bool[0x110000]: code points that never occur in ``form``-normalised text (a character that is not
+    normalised on its own is rewritten in every context: NFC_Quick_Check=No and the like)."""
+    table = _NEVER_NORMALIZED.get(form)
+    if table is None:
+        table = np.zeros(0x110000, dtype=bool)
+        for cp in range(0x110000):
+            if not 0xD800 <= cp < 0xE000 and not unicodedata.is_normalized(form, chr(cp)):
+                table[cp] = True
+        table = _NEVER_NORMALIZED[form] = table
+    return table
+
+
 class _TokenShapes:
     """Each token cut into: continuation bytes finishing a character begun before it (``lead``), the
     symbols of the whole characters it holds (``symbols``, padded with -1), and the bytes of a character it
@@ -399,6 +417,8 @@ class _TokenShapes:
         fallback = tokenizer.byte_fallback_ids
         self.byte_fallback = np.zeros(V, dtype=bool)
         self.byte_fallback[list(fallback.values())] = True
+        forms = [step[0].upper() for step in tokenizer.normalizer if step[0] in ("nfc", "nfkc", "nfd", "nfkd")]
+        self.normal_form = normal_form = forms[0] if forms else None
         for t, raw in enumerate(tokenizer.token_bytes):
             row: list[int] = []
             rows.append(row)
@@ -417,6 +437,9 @@ class _TokenShapes:
                 text = raw[i:j].decode("utf-8")
             except UnicodeDecodeError:
                 continue  # no text has these bytes inside one token
+            if normal_form and not unicodedata.is_normalized(normal_form, text) and \
+                    _never_normalized(normal_form)[[ord(c) for c in text]].any():
+                continue  # a character the normaliser rewrites whatever surrounds it never reaches BPE
             row.extend(table[[ord(c) for c in text]].tolist())
             self.lead[t] = i
             tail = raw[j:]
@@ -479,6 +502,7 @@ class _ContextBuilder:
         self.inside_rows: list[np.ndarray] = []
         self.pending_rows: list[tuple[np.ndarray, np.ndarray]] = []
         self.final: list[bool] = []
+        self.normal_form = shapes.normal_form
         # Per unfinished character a token leaves: the states from which it can still be completed.
         self.live_by_tail = np.array([self._prefix_info(tail)[1] for tail in shapes.tails], dtype=np.uint64)
         # Tokens that begin with continuation bytes: the only ones that can finish a character.
@@ -530,6 +554,8 @@ class _ContextBuilder:
             cps = np.arange(lo, hi + 1)
             behaviour = symbol_table()[cps].astype(np.uint8)
             behaviour[(cps >= 0xD800) & (cps <= 0xDFFF)] = 255  # surrogates are not characters
+            if self.normal_form:  # characters the normaliser always rewrites never reach BPE
+                behaviour[_never_normalized(self.normal_form)[cps]] = 255
             if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
                 spelled = [cp - cps[0] for cp in map(ord, self.shapes.vocab_chars) if cps[0] <= cp <= cps[-1]]
                 behaviour[spelled] = 255
@@ -610,6 +636,8 @@ class _ContextBuilder:
                 except UnicodeDecodeError:
                     continue
                 if self.tok.byte_fallback and (char in shapes.vocab_chars or not shapes.byte_fallback[t]):
+                    continue
+                if self.normal_form and _never_normalized(self.normal_form)[ord(char)]:
                     continue
                 sym = int(symbol_table()[ord(char)])
                 after = 0

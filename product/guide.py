@@ -265,6 +265,7 @@ class Guide:
         self._node_ctx: list[int] = []
         self._node_of: dict[tuple[int, int], int] = {}
         self._edges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self._successors: list[np.ndarray] = []  # distinct target nodes per node
         entry_state = np.repeat(np.arange(R.num_states, dtype=np.int64), np.diff(R.offsets))
         entry_keys = entry_state * V + R.tokens  # ascending: rows are sorted by token
 
@@ -303,7 +304,9 @@ class Guide:
                     boundary = A.boundary_next[ctx, tokens].astype(np.int64)
                     keep = (inside >= 0) | (boundary >= 0)
                     tokens, targets, inside, boundary = tokens[keep], targets[keep], inside[keep], boundary[keep]
-                    rows[n] = (tokens, node_ids(targets, inside), node_ids(targets, boundary))
+                    inside, boundary = node_ids(targets, inside), node_ids(targets, boundary)
+                    successors = np.unique(np.concatenate([inside, boundary]))
+                    rows[n] = (tokens, inside, boundary, successors[successors >= 0])
             if pending:  # all pending rows at once: completing tokens of the context that the regex also allows
                 nodes = np.array(pending)
                 row = np.array([self._node_ctx[n] for n in pending]) - num_open
@@ -318,12 +321,17 @@ class Guide:
                 inside_all = node_ids(R.targets[at], A.pending_next[entries].astype(np.int64))
                 tokens_all = A.pending_tokens[entries]
                 bounds = np.searchsorted(owner, np.arange(len(nodes) + 1))
+                links = np.unique(owner * (max_states + 1) + inside_all)  # distinct (pending node, target) pairs
+                link_owner, link_target = np.divmod(links, max_states + 1)
+                link_bounds = np.searchsorted(link_owner, np.arange(len(nodes) + 1))
                 for i, n in enumerate(pending):
                     sl = slice(bounds[i], bounds[i + 1])
-                    rows[n] = (tokens_all[sl], inside_all[sl], np.full(bounds[i + 1] - bounds[i], -1, np.int64))
+                    rows[n] = (tokens_all[sl], inside_all[sl], np.full(bounds[i + 1] - bounds[i], -1, np.int64),
+                               link_target[link_bounds[i]:link_bounds[i + 1]])
             for n in frontier:
-                tokens, inside, boundary = rows[n]
+                tokens, inside, boundary, successors = rows[n]
                 self._edges.append((tokens.astype(np.int32), inside, boundary, A.after_class[tokens].astype(np.int32)))
+                self._successors.append(successors)
         self._is_pending = np.array(self._node_ctx) >= num_open
         q_accepting = R.accepting[np.array(self._node_q)]
         self._final = q_accepting & A.context_final[np.array(self._node_ctx)]
@@ -335,9 +343,12 @@ class Guide:
         alive = status == _NONE_DEAD
         partial = np.flatnonzero(status == _PARTIAL)
         if len(partial):
-            for n in np.unique(nodes[partial]).tolist():
-                sel = partial[nodes[partial] == n]
-                alive[sel] = ~np.isin(mcs[sel], self._dead[n])
+            if self._dead_keys is None:  # all partial dead sets as one sorted array of node * M + mc
+                self._dead_keys = np.sort(np.concatenate(
+                    [n * self._M + d.astype(np.int64) for n, d in self._dead.items()]))
+            keys = nodes[partial].astype(np.int64) * self._M + mcs[partial]
+            at = np.minimum(np.searchsorted(self._dead_keys, keys), len(self._dead_keys) - 1)
+            alive[partial] = self._dead_keys[at] != keys
         return alive
 
     def _xyz(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -347,46 +358,55 @@ class Guide:
         live_boundary = self._alive(boundary, mcs)
         return tokens[~inside_ok & live_boundary], tokens[live_inside], tokens[inside_ok & live_boundary]
 
-    def _edge_arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """All (source node, target node, merge class) edges with a target, concatenated."""
-        count = np.array([len(e[0]) for e in self._edges], dtype=np.int64)
-        source = np.repeat(np.arange(len(self._edges)), count)
-        inside = np.concatenate([e[1] for e in self._edges])
-        boundary = np.concatenate([e[2] for e in self._edges])
-        mcs = np.concatenate([e[3] for e in self._edges]).astype(np.int64)
-        source, target, mcs = np.concatenate([source, source]), np.concatenate([inside, boundary]), np.concatenate([mcs, mcs])
-        keep = target >= 0
-        return source[keep], target[keep], mcs[keep]
+    _WIDE_ROW = 4096  # nodes with more candidate tokens take their candidate classes from F's sizes instead
+
+    def _entering_and_predecessors(self) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+        """Per node: the merge classes that can enter it (after_class of the tokens reaching it; ``None`` for
+        wide nodes, whose candidates come from F's sizes), and predecessor lists grouped by target."""
+        N, M = len(self._node_q), self._M
+        width = np.array([len(e[0]) for e in self._edges])
+        narrow = width <= self._WIDE_ROW
+        parts_target, parts_class = [np.array([self._node_of[(self._transitions.start, 0)]])], \
+            [np.array([self._automaton.start_class % M])]
+        for tokens, inside, boundary, mcs in self._edges:
+            for target in (inside, boundary):
+                keep = target >= 0
+                keep[keep] = narrow[target[keep]]
+                if keep.any():
+                    parts_target.append(target[keep])
+                    parts_class.append(mcs[keep])
+        pairs = np.unique(np.concatenate(parts_target) * M + np.concatenate(parts_class))
+        node, cls = np.divmod(pairs, M)
+        bounds = np.searchsorted(node, np.arange(N + 1))
+        entering = [cls[bounds[n]:bounds[n + 1]] if narrow[n] else None for n in range(N)]
+        count = np.array([len(x) for x in self._successors])
+        links = np.unique(np.concatenate(self._successors) * N + np.repeat(np.arange(N), count))
+        pred_target, pred_source = np.divmod(links, N)
+        return entering, pred_target, pred_source, np.searchsorted(pred_target, np.arange(N + 1))
 
     def _solve_liveness(self) -> None:
         """Least fixpoint, in rounds: every node whose successors changed is recomputed (open nodes one by one,
         pending nodes in one batch), until nothing changes. Dead sets only shrink."""
-        N, M = len(self._node_q), self._M
+        N = len(self._node_q)
         self._status = np.where(self._final, _NONE_DEAD, _ALL_DEAD).astype(np.int8)
         self._dead: dict[int, np.ndarray] = {}  # partial nodes: their sorted dead merge classes
-        source, target, mcs = self._edge_arrays()
-        # Only the merge classes that can enter a node occur there (plus the start class at the start node).
-        start = self._node_of[(self._transitions.start, 0)]
-        pairs = np.unique(np.append(target * M + mcs, start * M + self._automaton.start_class % M))
-        node, cls = np.divmod(pairs, M)
-        bounds = np.searchsorted(node, np.arange(N + 1))
-        entering = [cls[bounds[n]:bounds[n + 1]] for n in range(N)]
-        links = np.unique(target * N + source)  # predecessor lists, grouped by target
-        pred_target, pred_source = np.divmod(links, N)
-        pred_bounds = np.searchsorted(pred_target, np.arange(N + 1))
+        self._dead_keys = None
+        entering, pred_target, pred_source, pred_bounds = self._entering_and_predecessors()
+        by_size = self._forbidden.classes_by_size
 
         dirty = np.flatnonzero(~self._final)
         while len(dirty):
             results: dict[int, np.ndarray | None] = {}
             for n in dirty[~self._is_pending[dirty]].tolist():
                 X, Y, Z = self._xyz(n)
-                results[n] = None if len(X) else self._forbidden.dead_classes(Y, Z, entering[n])
+                candidates = entering[n] if entering[n] is not None else by_size(len(Y))
+                results[n] = None if len(X) else self._forbidden.dead_classes(Y, Z, candidates)
             results.update(self._pending_dead(dirty[self._is_pending[dirty]], entering))
             changed = []
             for n, dead in results.items():
                 if dead is None or not len(dead):
                     status = _NONE_DEAD
-                elif len(dead) == len(entering[n]):
+                elif entering[n] is not None and len(dead) == len(entering[n]):
                     status = _ALL_DEAD
                 else:
                     status = _PARTIAL
@@ -394,6 +414,7 @@ class Guide:
                 if status == old and (status != _PARTIAL or len(dead) == len(self._dead[n])):
                     continue
                 self._status[n] = status
+                self._dead_keys = None
                 if status == _PARTIAL:
                     self._dead[n] = dead
                 else:
@@ -471,6 +492,8 @@ class _Forbidden:
         self.interval_class = np.repeat(np.arange(M), counts)
         self.size = np.bincount(self.interval_class, weights=automaton.forbid_ends - automaton.forbid_starts,
                                 minlength=M)
+        self._by_size = np.argsort(-self.size, kind="stable")
+        self._sorted_sizes = -self.size[self._by_size]
         # class-major search keys: interval i of class c starts at keys[i] - c * (V + 1); ascending
         self.keys = self.interval_class.astype(np.int64) * (automaton.vocab_size + 1) + automaton.forbid_starts
         self._words: OrderedDict[int, np.ndarray] = OrderedDict()
@@ -504,6 +527,10 @@ class _Forbidden:
         if len(Z) and len(candidates):
             candidates = candidates[self._hits(candidates, Z, stop_at_first=True) == 0]
         return candidates
+
+    def classes_by_size(self, at_least: int) -> np.ndarray:
+        """The merge classes whose forbidden set has at least ``at_least`` tokens, ascending."""
+        return np.sort(self._by_size[: np.searchsorted(self._sorted_sizes, -at_least, side="right")])
 
     def member(self, classes: np.ndarray, positions) -> np.ndarray:
         """Whether F[c] holds the token at permutation position p, for each (c, p) (broadcast)."""

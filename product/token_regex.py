@@ -38,6 +38,9 @@ class VocabularyTrie:
     child_start: list[np.ndarray]
     token_offsets: list[np.ndarray]
     token_ids: list[np.ndarray]
+    padded: np.ndarray  # uint8 [tokens with bytes, depth]: row r spells token ids[r], zero-padded
+    lengths: np.ndarray
+    ids: np.ndarray
 
     @property
     def depth(self) -> int:
@@ -56,6 +59,11 @@ class VocabularyTrie:
         padded[np.arange(depth)[None, :] < lengths[:, None]] = np.frombuffer(
             b"".join(token_bytes[i] for i in ids), dtype=np.uint8)
 
+        return VocabularyTrie._from_matrix(len(token_bytes), padded, lengths, ids)
+
+    @staticmethod
+    def _from_matrix(vocab_size: int, padded: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> "VocabularyTrie":
+        depth = padded.shape[1]
         parents, byte_of, child_start = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], []
         token_offsets, token_ids = [np.zeros(2, np.int64)], [np.zeros(0, np.int32)]
         node_of = np.zeros(len(ids), dtype=np.int64)  # each token's prefix node at the current level
@@ -76,7 +84,42 @@ class VocabularyTrie:
             token_offsets.append(np.searchsorted(ending_nodes, np.arange(len(unique) + 1)))
             num_previous = len(unique)
         child_start.append(np.zeros(num_previous + 1, dtype=np.int64))  # the deepest level has no children
-        return VocabularyTrie(len(token_bytes), parents, byte_of, child_start, token_offsets, token_ids)
+        return VocabularyTrie(vocab_size, parents, byte_of, child_start, token_offsets, token_ids, padded, lengths, ids)
+
+    def by_class(self, class_of_byte: np.ndarray) -> tuple["VocabularyTrie", np.ndarray, np.ndarray] | None:
+        """The trie of the tokens' byte-*class* sequences, for a DFA whose bytes fall into few classes (bytes a
+        DFA never tells apart). Its "token ids" are representatives r; the tokens of r are
+        ``members[bounds[r]:bounds[r+1]]``. Tokens with equal class sequences move every state alike, so the
+        walk visits a few thousand class prefixes instead of every vocabulary prefix. ``None`` on a hash
+        collision (then walk the byte trie)."""
+        flat = class_of_byte[self.flat_bytes].astype(np.uint64)
+        starts = self.flat_offsets[:-1]
+        with np.errstate(over="ignore"):  # polynomial hash of each token's class sequence, modulo 2**64
+            powers = np.cumprod(np.full(self.padded.shape[1], 0x100000001B3, dtype=np.uint64))
+            from_end = np.repeat(self.flat_offsets[1:], self.lengths) - 1 - np.arange(len(flat))
+            digest = np.add.reduceat(flat * powers[from_end], starts) + self.lengths.astype(np.uint64)
+        _, first, inverse = np.unique(digest, return_index=True, return_inverse=True)
+        own = np.arange(len(flat))
+        theirs = np.repeat(starts[first][inverse] - starts, self.lengths) + own
+        if not np.array_equal(flat[theirs], flat) or not np.array_equal(self.lengths[first][inverse], self.lengths):
+            return None
+        classes = class_of_byte[self.padded[first]]
+        classes[np.arange(self.padded.shape[1])[None, :] >= self.lengths[first][:, None]] = 0
+        trie = VocabularyTrie._from_matrix(len(first), classes, self.lengths[first], np.arange(len(first), dtype=np.int64))
+        order = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[order], np.arange(len(first) + 1))
+        return trie, self.ids[order].astype(np.int32), bounds
+
+    @property
+    def flat_bytes(self) -> np.ndarray:
+        return self.padded[np.arange(self.padded.shape[1])[None, :] < self.lengths[:, None]]
+
+    @property
+    def flat_offsets(self) -> np.ndarray:
+        return np.concatenate([[0], np.cumsum(self.lengths)])
+
+
+_GROUPING_MIN_STATES = 24  # below this, walking the byte trie costs less than grouping tokens by class
 
 
 @dataclass(frozen=True, eq=False)
@@ -114,8 +157,20 @@ class TokenTransitions:
             raise ValueError("token transitions need a DFA over UTF-8 bytes")
         from automata.errors import StateLimitError
 
-        table = dfa.transitions
+        trie_vocab = trie.vocab_size
+
         num_states = dfa.num_states
+        # Bytes the DFA never tells apart form a class; walking class sequences shares all tokens that read alike.
+        _, representative, class_of_byte = np.unique(dfa.transitions.T, axis=0, return_index=True,
+                                                     return_inverse=True)
+        grouped = None
+        if num_states >= _GROUPING_MIN_STATES and len(representative) < 256:
+            grouped = trie.by_class(class_of_byte.astype(np.uint8))
+        if grouped is not None:
+            trie, members, member_bounds = grouped
+            table = dfa.transitions[:, representative]
+        else:
+            table = dfa.transitions
         origin = np.arange(num_states, dtype=np.int64)  # frontier: (node at this level, origin, current)
         current = origin.copy()
         node = np.zeros(num_states, dtype=np.int64)
@@ -149,7 +204,15 @@ class TokenTransitions:
             o, t, q = (np.concatenate(x) for x in (found_origin, found_token, found_target))
         else:
             o, t, q = np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64)
-        order = np.lexsort((t, o))
+        if grouped is not None:  # representatives back to their member tokens
+            count = member_bounds[t + 1] - member_bounds[t]
+            total = int(count.sum())
+            if total > max_entries:
+                raise StateLimitError(f"token transitions exceed max_entries={max_entries} "
+                                      f"({num_states} regex states)")
+            position = np.repeat(member_bounds[t] - (np.cumsum(count) - count), count) + np.arange(total)
+            o, q, t = np.repeat(o, count), np.repeat(q, count), members[position]
+        order = np.argsort(o * trie_vocab + t.astype(np.int64))
         offsets = np.searchsorted(o[order], np.arange(num_states + 1)).astype(np.int64)
         return TokenTransitions(offsets, t[order].astype(np.int32), q[order].astype(np.int32),
                                 dfa.accepting.copy(), int(dfa.start))

@@ -2,6 +2,7 @@
 random walks on unbounded patterns, the reference's examples, and bad input."""
 
 import re
+import zlib
 
 import numpy as np
 import pytest
@@ -117,7 +118,7 @@ def test_random_walks_never_dead_end_and_are_canonical(name, pattern):
     """Uniform random walks over allowed tokens: never stuck, decode to a fullmatch, and (exact automata) are
     exactly what the runtime produces for the text."""
     guide, runtime = compile_regex(pattern, automaton_of(name)), runtime_of(name)
-    rng = np.random.default_rng(abs(hash((name, pattern))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{name}:{pattern}".encode()))
     eos = np.array(guide.eos_token_ids)
     finished = non_canonical = 0
     first_byte = np.array([min(b[0], 0x80) if b else 0 for b in model_of(name).token_bytes])  # non-ASCII: one group
@@ -142,7 +143,9 @@ def test_random_walks_never_dead_end_and_are_canonical(name, pattern):
         finished += 1
         text = runtime.decode(ids, skip_special_tokens=False)
         assert re.fullmatch(pattern, text), (text, ids)
-        non_canonical += runtime.encode(text, add_special_tokens=False).ids != ids
+        if runtime.encode(text, add_special_tokens=False).ids != ids:
+            non_canonical += 1
+            print("non-canonical:", repr(text), [runtime.id_to_token(t) for t in ids])
     assert finished > 40
     if name not in PAIR_RULE:
         assert non_canonical == 0

@@ -1,0 +1,289 @@
+"""canonmerge beside outlines-core, llguidance and xgrammar: same regexes, same tokenizers, one process, one table.
+
+For each tokenizer (GPT-2, Llama-3) and regex, every engine compiles the regex (tokenizer-level setup is done
+once, outside the timing: ``compile_tokenizer`` for canonmerge, vocabulary/tokenizer objects for the peers),
+then walks the runtime's own encoding of a few valid instances (plus the final EOS step) and fills one
+next-token bitmask per step; only the fill is timed. Memory: canonmerge reports ``Guide.memory_bytes``; the
+peers keep their state in Rust/C++, so their row shows the process RSS growth over all their compiles
+(approximate). Single-threaded where the engine allows it.
+
+Peers are optional bench dependencies (``pip install -e ".[bench]"`` and ``pip install --no-deps
+xgrammar==0.2.8``; xgrammar's declared dependencies would pull a CUDA torch and triton). An engine that is not
+installed is reported as missing, not skipped silently.
+
+    python bench/peers.py [--tokenizers gpt2,llama3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import resource
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bpe import compile_tokenizer  # noqa: E402
+from bpe.assets import reference_runtime, tokenizer_source  # noqa: E402
+from product import compile_regex  # noqa: E402
+
+torch.set_num_threads(1)
+os.environ.setdefault("RAYON_NUM_THREADS", "1")
+
+STRING = r'"[^"\\\x00-\x1f]*"'
+CASES = [
+    ("json object", r'\{"name": ' + STRING + r', "age": [0-9]{1,3}, "city": ' + STRING + r'\}',
+     ['{"name": "Alice Smith", "age": 31, "city": "Paris"}', '{"name": "Bob", "age": 7, "city": "São Paulo"}',
+      '{"name": "Zoë Ünal", "age": 54, "city": "Zürich"}', '{"name": "李雷", "age": 23, "city": "北京"}',
+      '{"name": "Renée O\'Neil", "age": 102, "city": "New York City"}']),
+    ("float", r"[+-]?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",
+     ["3.14159", "-0.5", "6.02214076e23", "+42", "1000000.000001", "-2.5E-10"]),
+    ("ipv4", r"((25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)",
+     ["192.168.0.1", "10.0.0.255", "255.255.255.0", "8.8.4.4", "172.16.254.1"]),
+    ("date", r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])",
+     ["2026-11-22", "1999-01-31", "2000-02-29", "1969-07-20"]),
+    ("email", r"[a-z0-9._%+-]{1,40}@[a-z0-9.-]{1,40}\.[a-z]{2,6}",
+     ["alice@example.com", "bob.smith+tag@mail.example.org", "x_y-z@sub.domain.io"]),
+    ("enum", r"(red|green|blue|cyan|magenta|yellow|black|white|orange|purple)",
+     ["red", "magenta", "purple", "white"]),
+    ("int array", r"\[([0-9]{1,6}(, [0-9]{1,6})*)?\]", ["[1, 2, 3]", "[]", "[123456, 7, 42, 99, 1000]"]),
+    ("sentence", r"[A-Z][a-z]{1,12}( [a-z]{1,12}){2,12}\.",
+     ["The quick brown fox jumps over the lazy dog.", "Structured generation should be exact."]),
+    ("uuid", r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}",
+     ["123e4567-e89b-12d3-a456-426614174000", "00000000-0000-0000-0000-000000000000"]),
+]
+
+
+def _rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class Canonmerge:
+    name = "canonmerge"
+
+    def __init__(self, tokenizer: str, runtime, canonical_only=True):
+        self.canonical = compile_tokenizer(tokenizer_source(tokenizer))
+        self.canonical_only = canonical_only
+        if not canonical_only:
+            self.name = "canonmerge (any tokenization)"
+        compile_regex("warm|up", self.canonical)  # vocabulary trie, built once per tokenizer
+
+    def compile(self, pattern):
+        return compile_regex(pattern, self.canonical, canonical_only=self.canonical_only)
+
+    def walk(self, guide, ids, times):
+        out = np.zeros((1, guide.num_words), dtype=np.int32)
+        state = guide.initial_state
+        for step, t in enumerate(ids + [None]):
+            t0 = time.perf_counter_ns()
+            guide.fill_bitmask([state], out)
+            times.append(time.perf_counter_ns() - t0)
+            if t is None:
+                return guide.is_accepting(state)
+            state = guide.advance(state, t)
+
+    @staticmethod
+    def memory(guide):
+        return guide.memory_bytes
+
+
+class OutlinesCore:
+    name = "outlines-core"
+
+    def __init__(self, tokenizer, runtime):
+        import outlines_core
+
+        self.lib = outlines_core
+        canonical = compile_tokenizer(tokenizer_source(tokenizer))
+        self.eos = int(canonical.eos_token_ids[0])
+        spellings: dict[bytes, list[int]] = {}
+        for i, b in enumerate(canonical.token_bytes):
+            if b is not None and i != self.eos:
+                spellings.setdefault(b, []).append(i)
+        self.vocabulary = outlines_core.Vocabulary(self.eos, spellings)
+        self.words = (canonical.vocab_size + 31) // 32
+
+    def compile(self, pattern):
+        return self.lib.Index(pattern, self.vocabulary)
+
+    def walk(self, index, ids, times):
+        guide = self.lib.Guide(index)
+        mask = torch.zeros((1, self.words), dtype=torch.int32)
+        for t in ids + [None]:
+            t0 = time.perf_counter_ns()
+            guide.write_mask_into(mask.data_ptr(), mask.numel(), mask.element_size())
+            times.append(time.perf_counter_ns() - t0)
+            if t is None:
+                return guide.is_finished() or bool((mask[0, self.eos >> 5] >> (self.eos & 31)) & 1)
+            guide.advance(t, return_tokens=False)
+
+    memory = None
+
+
+def _hf_tokenizer(runtime, eos):
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(tokenizer_object=runtime, eos_token=runtime.id_to_token(eos))
+
+
+class LLGuidance:
+    name = "llguidance"
+
+    def __init__(self, tokenizer, runtime):
+        import llguidance
+        import llguidance.hf
+        import llguidance.torch
+
+        self.lib = llguidance
+        canonical = compile_tokenizer(tokenizer_source(tokenizer))
+        self.eos = int(canonical.eos_token_ids[0])
+        self.tokenizer = llguidance.hf.from_tokenizer(_hf_tokenizer(runtime, self.eos), n_vocab=canonical.vocab_size,
+                                                      eos_token=self.eos)
+        self.vocab_size = canonical.vocab_size
+
+    def compile(self, pattern):
+        grammar = self.lib.LLMatcher.grammar_from_regex(pattern)
+        matcher = self.lib.LLMatcher(self.tokenizer, grammar)
+        if matcher.is_error():
+            raise RuntimeError(matcher.get_error())
+        return grammar, matcher
+
+    def walk(self, compiled, ids, times):
+        grammar, _ = compiled
+        matcher = self.lib.LLMatcher(self.tokenizer, grammar)
+        mask = self.lib.torch.allocate_token_bitmask(1, self.vocab_size)
+        for t in ids + [None]:
+            t0 = time.perf_counter_ns()
+            self.lib.torch.fill_next_token_bitmask(matcher, mask, 0)
+            times.append(time.perf_counter_ns() - t0)
+            if t is None:
+                return matcher.is_accepting()
+            if not matcher.consume_token(t):
+                raise RuntimeError(f"llguidance rejected token {t}: {matcher.get_error()}")
+
+    memory = None
+
+
+class XGrammar:
+    name = "xgrammar"
+
+    def __init__(self, tokenizer, runtime):
+        import xgrammar
+
+        self.lib = xgrammar
+        canonical = compile_tokenizer(tokenizer_source(tokenizer))
+        self.eos = int(canonical.eos_token_ids[0])
+        info = xgrammar.TokenizerInfo.from_huggingface(_hf_tokenizer(runtime, self.eos),
+                                                       vocab_size=canonical.vocab_size, stop_token_ids=[self.eos])
+        self.compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        self.vocab_size = canonical.vocab_size
+
+    def compile(self, pattern):
+        return self.compiler.compile_regex(pattern)
+
+    def walk(self, compiled, ids, times):
+        matcher = self.lib.GrammarMatcher(compiled)
+        mask = self.lib.allocate_token_bitmask(1, self.vocab_size)
+        for t in ids + [None]:
+            t0 = time.perf_counter_ns()
+            matcher.fill_next_token_bitmask(mask)
+            times.append(time.perf_counter_ns() - t0)
+            if t is None:
+                return bool((mask[0, self.eos >> 5] >> (self.eos & 31)) & 1)
+            if not matcher.accept_token(t):
+                raise RuntimeError(f"xgrammar rejected token {t}")
+
+    memory = None
+
+
+ENGINES = [Canonmerge, OutlinesCore, LLGuidance, XGrammar]
+
+
+def run(tokenizers: list[str]) -> dict:
+    results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "rows": [], "cases": []}
+    for tokenizer in tokenizers:
+        runtime = reference_runtime(tokenizer)
+        encodings = {name: [runtime.encode(s, add_special_tokens=False).ids for s in instances]
+                     for name, _, instances in CASES}
+        for engine_class in ENGINES:
+            try:
+                engine = engine_class(tokenizer, runtime)
+            except ImportError as exc:
+                print(f"{tokenizer}: {engine_class.name} not installed ({exc})")
+                results["rows"].append({"tokenizer": tokenizer, "engine": engine_class.name, "missing": str(exc)})
+                continue
+            gc.collect()
+            rss_before = _rss_mb()
+            compile_ms, mask_us, memory, failures = [], [], [], []
+            for case, pattern, _ in CASES:
+                t0 = time.perf_counter()
+                try:
+                    compiled = engine.compile(pattern)
+                except Exception as exc:  # a peer that cannot compile a pattern is reported, not fatal
+                    failures.append(f"{case}: compile: {type(exc).__name__}: {exc}")
+                    continue
+                elapsed = (time.perf_counter() - t0) * 1e3
+                compile_ms.append(elapsed)
+                times: list[int] = []
+                for ids in encodings[case]:
+                    try:
+                        if not engine.walk(compiled, list(ids), times):
+                            failures.append(f"{case}: did not accept the runtime's encoding")
+                    except Exception as exc:
+                        failures.append(f"{case}: {type(exc).__name__}: {exc}")
+                mask_us += [t / 1e3 for t in times]
+                if engine.memory:
+                    memory.append(engine.memory(compiled))
+                results["cases"].append({"tokenizer": tokenizer, "engine": engine.name, "case": case,
+                                         "compile_ms": elapsed, "masks": len(times),
+                                         "mask_mean_us": float(np.mean(times)) / 1e3 if times else None})
+            row = {
+                "tokenizer": tokenizer, "engine": engine.name,
+                "compile_ms_p50": float(np.median(compile_ms)), "compile_ms_max": float(np.max(compile_ms)),
+                "masks": len(mask_us), "mask_us_mean": float(np.mean(mask_us)),
+                "mask_us_p50": float(np.median(mask_us)), "mask_us_p99": float(np.percentile(mask_us, 99)),
+                "memory_mb_max": (max(memory) / 1e6) if memory else None,
+                "rss_growth_mb": _rss_mb() - rss_before,
+                "failures": failures,
+            }
+            results["rows"].append(row)
+            print(f"{tokenizer:7s} {engine.name:14s} compile p50 {row['compile_ms_p50']:8.1f} ms  max "
+                  f"{row['compile_ms_max']:8.1f} ms  mask mean {row['mask_us_mean']:7.1f} µs  p50 "
+                  f"{row['mask_us_p50']:6.1f} µs  p99 {row['mask_us_p99']:7.1f} µs  ({row['masks']} masks)"
+                  + (f"  {len(failures)} failures" if failures else ""), flush=True)
+    return results
+
+
+def print_table(results: dict) -> None:
+    print("\n| tokenizer | engine | compile p50 | compile max | mask mean | mask p50 | mask p99 | guide memory |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for r in results["rows"]:
+        if "missing" in r:
+            print(f"| {r['tokenizer']} | {r['engine']} | not installed | | | | | |")
+            continue
+        memory = f"{r['memory_mb_max']:.1f} MB" if r["memory_mb_max"] is not None else f"(RSS +{r['rss_growth_mb']:.0f} MB)"
+        print(f"| {r['tokenizer']} | {r['engine']} | {r['compile_ms_p50']:.1f} ms | {r['compile_ms_max']:.0f} ms | "
+              f"{r['mask_us_mean']:.1f} µs | {r['mask_us_p50']:.1f} µs | {r['mask_us_p99']:.1f} µs | {memory} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tokenizers", default="gpt2,llama3")
+    args = parser.parse_args()
+    results = run(args.tokenizers.split(","))
+    print_table(results)
+    out = Path(__file__).parent / "results" / "peers.json"
+    out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
