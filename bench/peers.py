@@ -3,9 +3,10 @@
 For each tokenizer (GPT-2, Llama-3) and regex, every engine compiles the regex (tokenizer-level setup is done
 once, outside the timing: ``compile_tokenizer`` for canonmerge, vocabulary/tokenizer objects for the peers),
 then walks the runtime's own encoding of a few valid instances (plus the final EOS step) and fills one
-next-token bitmask per step; only the fill is timed. Memory: canonmerge reports ``Guide.memory_bytes``; the
-peers keep their state in Rust/C++, so their row shows the process RSS growth over all their compiles
-(approximate). Single-threaded where the engine allows it.
+next-token bitmask per step; only the fill is timed. Memory: canonmerge reports ``Guide.memory_bytes`` (the
+largest guide); the peers keep their state in Rust/C++ where Python cannot measure it per guide, so they show
+n/a (the JSON keeps the process's peak-RSS growth, which allocator reuse makes meaningless). Single-threaded
+where the engine allows it.
 
 Peers are optional bench dependencies (``pip install -e ".[bench]"`` and ``pip install --no-deps
 xgrammar==0.2.8``; xgrammar's declared dependencies would pull a CUDA torch and triton). An engine that is not
@@ -269,7 +270,7 @@ def print_table(results: dict) -> None:
         if "missing" in r:
             print(f"| {r['tokenizer']} | {r['engine']} | not installed | | | | | |")
             continue
-        memory = f"{r['memory_mb_max']:.1f} MB" if r["memory_mb_max"] is not None else f"(RSS +{r['rss_growth_mb']:.0f} MB)"
+        memory = f"{r['memory_mb_max']:.1f} MB" if r["memory_mb_max"] is not None else "n/a"
         print(f"| {r['tokenizer']} | {r['engine']} | {r['compile_ms_p50']:.1f} ms | {r['compile_ms_max']:.0f} ms | "
               f"{r['mask_us_mean']:.1f} µs | {r['mask_us_p50']:.1f} µs | {r['mask_us_p99']:.1f} µs | {memory} |")
 

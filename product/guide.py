@@ -107,6 +107,7 @@ class Guide:
         self._rows: dict[int, tuple] = {}
         for node in np.flatnonzero(~self._is_pending).tolist():  # open nodes: few, with large rows
             self._node_rows(node)
+            self._edges[node] = None  # only the packed rows are needed from here on
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._forced: dict[int, tuple[int, ...]] = {}
@@ -122,7 +123,7 @@ class Guide:
         """Bytes held by the compiled guide (transitions, node rows, liveness), excluding the mask cache and the
         shared canonical automaton."""
         arrays = [self._transitions.offsets, self._transitions.tokens, self._transitions.targets]
-        arrays += [a for edges in self._edges for a in edges]
+        arrays += [a for edges in self._edges if edges is not None for a in edges]
         arrays += [a for rows in self._rows.values() for a in rows if a is not None]
         arrays += list(self._dead.values())
         return int(sum(a.nbytes for a in arrays))
@@ -221,28 +222,37 @@ class Guide:
         return words
 
     def _node_rows(self, node: int) -> tuple:
-        """(X, Y, Z) token arrays of a node and their packed words (Y, Z packed only when large)."""
+        """A node's rows: X packed, and Y, Z as token arrays when few (masks test them against F[mc] one by
+        one) or packed when many — (Xw, Y, Z, Yw, Zw) with the unused form None."""
         rows = self._rows.get(node)
         if rows is None:
             X, Y, Z = self._xyz(node)
-            dense = len(Y) + len(Z) > _SPARSE_LIMIT
-            rows = self._rows[node] = (X, Y, Z, _pack(X, self.num_words),
-                                       _pack(Y, self.num_words) if dense else None,
-                                       _pack(Z, self.num_words) if dense else None)
+            if len(Y) + len(Z) > _SPARSE_LIMIT:
+                rows = (_pack(X, self.num_words), None, None, _pack(Y, self.num_words),
+                        _pack(Z, self.num_words) if len(Z) else None)
+            else:
+                rows = (_pack(X, self.num_words), Y, Z, None, None)
+            self._rows[node] = rows
         return rows
 
     def _compute_mask(self, node: int, mc: int) -> np.ndarray:
-        X, Y, Z, Xw, Yw, Zw = self._node_rows(node)
+        Xw, Y, Z, Yw, Zw = self._node_rows(node)
         if Yw is None:  # few tokens depend on the merge class: test them against F[mc] directly
             words = Xw.copy()
             extra = np.concatenate([Y[~self._forbidden.contains(mc, Y)], Z[self._forbidden.contains(mc, Z)]])
             if len(extra):
                 extra = extra.astype(np.int64)
                 np.bitwise_or.at(words, extra >> 5, np.left_shift(np.uint32(1), (extra & 31).astype(np.uint32)))
+        elif self._forbidden.size[mc] <= _FEW_FORBIDDEN:  # Y-or-X everywhere, then fix F's few bits
+            words = Xw | Yw
+            for t in self._forbidden.tokens(mc).tolist():
+                w, bit = t >> 5, np.uint32(1 << (t & 31))
+                keep = (Xw[w] & bit) | (Zw[w] & bit if Zw is not None else 0)
+                words[w] = (words[w] & ~bit) | keep
         else:
             forbidden = self._forbidden.words(mc, self.num_words)
             words = Xw | (Yw & ~forbidden)
-            if len(Z):
+            if Zw is not None:
                 words |= Zw & forbidden
         if self._final[node]:
             for t in self.eos_token_ids:
@@ -467,7 +477,9 @@ class Guide:
 
 
 _NONE_DEAD, _ALL_DEAD, _PARTIAL = 0, 1, 2
-_SPARSE_LIMIT = 4096  # at most this many class-dependent tokens: mask by direct membership tests
+_SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
+_TOKEN_LIST_LIMIT = 4_000_000  # forbidden entries up to which F is also kept as token lists
+_FEW_FORBIDDEN = 32  # a forbidden set this small is applied bit by bit instead of as a packed row
 
 
 def _pack(tokens: np.ndarray, num_words: int) -> np.ndarray:
@@ -498,6 +510,13 @@ class _Forbidden:
         self.keys = self.interval_class.astype(np.int64) * (automaton.vocab_size + 1) + automaton.forbid_starts
         self._words: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
+        self._scratch: np.ndarray | None = None
+        # Small totals (the pair rule's: 0.4 M entries for Llama-3): every F[mc] as a token list, so a mask miss
+        # slices instead of expanding intervals. Large totals (GPT-2 22 M, Qwen3 109 M) stay as intervals.
+        self._token_lists = self._token_bounds = None
+        if automaton.forbidden_entries <= _TOKEN_LIST_LIMIT:
+            self._token_lists = automaton.forbid_order[_ranges(automaton.forbid_starts, automaton.forbid_ends)]
+            self._token_bounds = np.concatenate([[0], np.cumsum(self.size.astype(np.int64))])
 
     def contains(self, mc: int, tokens: np.ndarray) -> np.ndarray:
         a = self.a
@@ -508,15 +527,33 @@ class _Forbidden:
         i = np.searchsorted(a.forbid_starts[lo:hi], pos, side="right") - 1
         return (i >= 0) & (pos < a.forbid_ends[lo:hi][np.maximum(i, 0)])
 
+    def tokens(self, mc: int) -> np.ndarray:
+        """The token ids of F[mc]."""
+        if self._token_lists is not None:
+            return self._token_lists[self._token_bounds[mc]:self._token_bounds[mc + 1]]
+        a = self.a
+        lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
+        if hi - lo > 8:  # many intervals: one vectorised gather
+            return a.forbid_order[_ranges(a.forbid_starts[lo:hi], a.forbid_ends[lo:hi])]
+        return np.concatenate([a.forbid_order[s:e] for s, e in zip(a.forbid_starts[lo:hi].tolist(),
+                                                                     a.forbid_ends[lo:hi].tolist())] or [[]])
+
     def words(self, mc: int, num_words: int) -> np.ndarray:
+        """F[mc] as packed words, cached (LRU)."""
         words = self._words.get(mc)
         if words is None:
             a = self.a
             lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
-            positions = _ranges(a.forbid_starts[lo:hi], a.forbid_ends[lo:hi])
-            words = self._words[mc] = _pack(a.forbid_order[positions], num_words)
+            if self._scratch is None or len(self._scratch) != num_words * 32:
+                self._scratch = np.zeros(num_words * 32, dtype=bool)
+            flags = self._scratch
+            flags[:] = False
+            flags[self.tokens(mc)] = True
+            words = self._words[mc] = np.packbits(flags, bitorder="little").view(np.uint32)
             if len(self._words) > self._cache_size:
                 self._words.popitem(last=False)
+        else:
+            self._words.move_to_end(mc)
         return words
 
     def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
