@@ -155,7 +155,7 @@ class DFA:
         seen = self.accepting.copy()
         frontier = np.flatnonzero(seen)
         while frontier.size:
-            preds = np.unique(src[_ranges(starts[frontier], starts[frontier + 1])])
+            preds = np.unique(src[concat_aranges(starts[frontier], starts[frontier + 1])])
             frontier = preds[~seen[preds]]
             seen[frontier] = True
         return seen
@@ -267,8 +267,10 @@ class DFA:
         return out
 
 
-def _ranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(lo[i], hi[i])`` for all i, without a Python loop."""
+def concat_aranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Concatenation of ``arange(lo[i], hi[i])`` for all i, without a Python loop (shared by the packages
+    that slice CSR rows: ``automata``, ``product``)."""
+    lo, hi = np.asarray(lo, dtype=np.int64), np.asarray(hi, dtype=np.int64)
     lengths = hi - lo
     total = int(lengths.sum())
     if total == 0:

@@ -38,6 +38,7 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from automata import EmptyLanguageError, StateLimitError, from_regex
+from automata.dfa import concat_aranges
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.token_regex import TokenTransitions, VocabularyTrie
@@ -238,11 +239,8 @@ class Guide:
     def _compute_mask(self, node: int, mc: int) -> np.ndarray:
         Xw, Y, Z, Yw, Zw = self._node_rows(node)
         if Yw is None:  # few tokens depend on the merge class: test them against F[mc] directly
-            words = Xw.copy()
             extra = np.concatenate([Y[~self._forbidden.contains(mc, Y)], Z[self._forbidden.contains(mc, Z)]])
-            if len(extra):
-                extra = extra.astype(np.int64)
-                np.bitwise_or.at(words, extra >> 5, np.left_shift(np.uint32(1), (extra & 31).astype(np.uint32)))
+            words = Xw | _pack(extra, self.num_words) if len(extra) else Xw.copy()
         elif self._forbidden.size[mc] <= _FEW_FORBIDDEN:  # Y-or-X everywhere, then fix F's few bits
             words = Xw | Yw
             for t in self._forbidden.tokens(mc).tolist():
@@ -321,7 +319,7 @@ class Guide:
                 nodes = np.array(pending)
                 row = np.array([self._node_ctx[n] for n in pending]) - num_open
                 lo, hi = A.pending_offsets[row], A.pending_offsets[row + 1]
-                entries = _ranges(lo, hi)
+                entries = concat_aranges(lo, hi)
                 owner = np.repeat(np.arange(len(nodes)), hi - lo)
                 qs = np.array([self._node_q[n] for n in pending], dtype=np.int64)[owner]
                 keys = qs * V + A.pending_tokens[entries]
@@ -433,7 +431,7 @@ class Guide:
             if not changed:
                 break
             changed = np.array(changed)
-            preds = _ranges(pred_bounds[changed], pred_bounds[changed + 1])
+            preds = concat_aranges(pred_bounds[changed], pred_bounds[changed + 1])
             dirty = np.unique(pred_source[preds])
             dirty = dirty[~self._final[dirty]]
 
@@ -510,12 +508,11 @@ class _Forbidden:
         self.keys = self.interval_class.astype(np.int64) * (automaton.vocab_size + 1) + automaton.forbid_starts
         self._words: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
-        self._scratch: np.ndarray | None = None
         # Small totals (the pair rule's: 0.4 M entries for Llama-3): every F[mc] as a token list, so a mask miss
         # slices instead of expanding intervals. Large totals (GPT-2 22 M, Qwen3 109 M) stay as intervals.
         self._token_lists = self._token_bounds = None
         if automaton.forbidden_entries <= _TOKEN_LIST_LIMIT:
-            self._token_lists = automaton.forbid_order[_ranges(automaton.forbid_starts, automaton.forbid_ends)]
+            self._token_lists = automaton.forbid_order[concat_aranges(automaton.forbid_starts, automaton.forbid_ends)]
             self._token_bounds = np.concatenate([[0], np.cumsum(self.size.astype(np.int64))])
 
     def contains(self, mc: int, tokens: np.ndarray) -> np.ndarray:
@@ -534,22 +531,15 @@ class _Forbidden:
         a = self.a
         lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
         if hi - lo > 8:  # many intervals: one vectorised gather
-            return a.forbid_order[_ranges(a.forbid_starts[lo:hi], a.forbid_ends[lo:hi])]
+            return a.forbid_order[concat_aranges(a.forbid_starts[lo:hi], a.forbid_ends[lo:hi])]
         return np.concatenate([a.forbid_order[s:e] for s, e in zip(a.forbid_starts[lo:hi].tolist(),
-                                                                     a.forbid_ends[lo:hi].tolist())] or [[]])
+                                                                     a.forbid_ends[lo:hi].tolist())] or [np.zeros(0, np.int32)])
 
     def words(self, mc: int, num_words: int) -> np.ndarray:
         """F[mc] as packed words, cached (LRU)."""
         words = self._words.get(mc)
         if words is None:
-            a = self.a
-            lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
-            if self._scratch is None or len(self._scratch) != num_words * 32:
-                self._scratch = np.zeros(num_words * 32, dtype=bool)
-            flags = self._scratch
-            flags[:] = False
-            flags[self.tokens(mc)] = True
-            words = self._words[mc] = np.packbits(flags, bitorder="little").view(np.uint32)
+            words = self._words[mc] = _pack(self.tokens(mc), num_words)
             if len(self._words) > self._cache_size:
                 self._words.popitem(last=False)
         else:
@@ -606,22 +596,12 @@ class _Forbidden:
         if len(classes) == a.num_merge_classes:
             intervals = slice(None)
         else:
-            intervals = _ranges(a.forbid_offsets[classes], a.forbid_offsets[classes + 1])
+            intervals = concat_aranges(a.forbid_offsets[classes], a.forbid_offsets[classes + 1])
         positions = np.sort(positions)
         inside = (np.searchsorted(positions, a.forbid_ends[intervals])
                   - np.searchsorted(positions, a.forbid_starts[intervals]))
         per_class = np.bincount(self.interval_class[intervals], weights=inside, minlength=a.num_merge_classes)
         return per_class[classes].astype(np.int64)
-
-
-def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Concatenation of ``arange(s, e)`` for each pair, vectorised."""
-    lengths = (ends - starts).astype(np.int64)
-    total = int(lengths.sum())
-    if total == 0:
-        return np.zeros(0, dtype=np.int64)
-    offsets = np.repeat(starts.astype(np.int64) - (np.cumsum(lengths) - lengths), lengths)
-    return offsets + np.arange(total)
 
 
 def _forbidden_index(automaton: CanonicalAutomaton) -> _Forbidden:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from automata.dfa import DFA
+from automata.dfa import DFA, concat_aranges
 
 __all__ = ["VocabularyTrie", "TokenTransitions"]
 
@@ -182,8 +182,7 @@ class TokenTransitions:
             if counts.sum() == 0:
                 break
             repeat = np.repeat(np.arange(len(node)), counts)
-            first = np.repeat(starts[node] - np.cumsum(counts) + counts, counts)
-            child = first + np.arange(len(repeat))
+            child = concat_aranges(starts[node], starts[node + 1])
             nxt = table[current[repeat], trie.byte_of[d][child]]
             keep = nxt >= 0
             node, origin, current = child[keep], origin[repeat[keep]], nxt[keep].astype(np.int64)
@@ -192,7 +191,7 @@ class TokenTransitions:
             per = offsets[node + 1] - offsets[node]
             if per.any():
                 which = np.repeat(np.arange(len(node)), per)
-                pos = np.repeat(offsets[node] - np.cumsum(per) + per, per) + np.arange(len(which))
+                pos = concat_aranges(offsets[node], offsets[node + 1])
                 found_origin.append(origin[which])
                 found_token.append(trie.token_ids[d][pos])
                 found_target.append(current[which])
@@ -210,8 +209,7 @@ class TokenTransitions:
             if total > max_entries:
                 raise StateLimitError(f"token transitions exceed max_entries={max_entries} "
                                       f"({num_states} regex states)")
-            position = np.repeat(member_bounds[t] - (np.cumsum(count) - count), count) + np.arange(total)
-            o, q, t = np.repeat(o, count), np.repeat(q, count), members[position]
+            o, q, t = np.repeat(o, count), np.repeat(q, count), members[concat_aranges(member_bounds[t], member_bounds[t + 1])]
         order = np.argsort(o * trie_vocab + t.astype(np.int64))
         offsets = np.searchsorted(o[order], np.arange(num_states + 1)).astype(np.int64)
         return TokenTransitions(offsets, t[order].astype(np.int32), q[order].astype(np.int32),
