@@ -158,11 +158,18 @@ class CanonicalAutomaton:
         np.add.at(marks, self.forbid_ends[lo:hi], -1)
         return (np.cumsum(marks[:-1]) > 0)[self.forbid_position]
 
-    def _forbids(self, merge_class: int, token: int) -> bool:
+    def forbids(self, merge_class: int, tokens: np.ndarray) -> np.ndarray:
+        """bool per token: whether ``merge_class`` forbids it (a binary search in the class's intervals)."""
+        tokens = np.asarray(tokens)
         lo, hi = self.forbid_offsets[merge_class], self.forbid_offsets[merge_class + 1]
-        pos = self.forbid_position[token]
+        if lo == hi or not tokens.size:
+            return np.zeros(tokens.shape, dtype=bool)
+        pos = self.forbid_position[tokens]
         i = np.searchsorted(self.forbid_starts[lo:hi], pos, side="right") - 1
-        return bool(i >= 0 and pos < self.forbid_ends[lo + i])
+        return (i >= 0) & (pos < self.forbid_ends[lo:hi][np.maximum(i, 0)])
+
+    def _forbids(self, merge_class: int, token: int) -> bool:
+        return bool(self.forbids(merge_class, np.array([token]))[0])
 
     def allowed_after(self, class_id: int) -> np.ndarray:
         """bool[V]: the tokens that may come next in class ``class_id`` (no special tokens, no EOS)."""

@@ -239,7 +239,7 @@ class Guide:
     def _compute_mask(self, node: int, mc: int) -> np.ndarray:
         Xw, Y, Z, Yw, Zw = self._node_rows(node)
         if Yw is None:  # few tokens depend on the merge class: test them against F[mc] directly
-            extra = np.concatenate([Y[~self._forbidden.contains(mc, Y)], Z[self._forbidden.contains(mc, Z)]])
+            extra = np.concatenate([Y[~self._automaton.forbids(mc, Y)], Z[self._automaton.forbids(mc, Z)]])
             words = Xw | _pack(extra, self.num_words) if len(extra) else Xw.copy()
         elif self._forbidden.size[mc] <= _FEW_FORBIDDEN:  # Y-or-X everywhere, then fix F's few bits
             words = Xw | Yw
@@ -514,15 +514,6 @@ class _Forbidden:
         if automaton.forbidden_entries <= _TOKEN_LIST_LIMIT:
             self._token_lists = automaton.forbid_order[concat_aranges(automaton.forbid_starts, automaton.forbid_ends)]
             self._token_bounds = np.concatenate([[0], np.cumsum(self.size.astype(np.int64))])
-
-    def contains(self, mc: int, tokens: np.ndarray) -> np.ndarray:
-        a = self.a
-        lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
-        if lo == hi or not len(tokens):
-            return np.zeros(len(tokens), dtype=bool)
-        pos = a.forbid_position[tokens]
-        i = np.searchsorted(a.forbid_starts[lo:hi], pos, side="right") - 1
-        return (i >= 0) & (pos < a.forbid_ends[lo:hi][np.maximum(i, 0)])
 
     def tokens(self, mc: int) -> np.ndarray:
         """The token ids of F[mc]."""
