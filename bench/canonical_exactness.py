@@ -2,7 +2,7 @@
 
 Per tokenizer: tokens of real text accepted (must be all), same-text respellings (split a token into its
 merge, fuse two neighbours, spell a character with byte-fallback tokens) that the runtime calls non-canonical
-and how many of those the automaton still accepts (over-allowed; must be 0 except under Llama-3's pair rule),
+and how many of those the automaton still accepts (over-allowed; must be 0),
 the restricted-alphabet pairwise oracle counted (not asserted), and for ``ignore_merges`` tokenizers how many vocabulary tokens BPE would spell differently when they stand
 alone as a piece (the automaton allows both spellings). Writes ``bench/results/canonical_exactness.json``.
 Run: ``python bench/canonical_exactness.py [names...]``.

@@ -5,9 +5,9 @@ encoded as a continuation: no BOS or other added tokens, no dummy prefix (see th
 it, and this module composes them:
 
 1. **Merges** (``bpe.canonical``): inside one pre-token piece, a tokenization is canonical iff every adjacent
-   pair is allowed by Algorithm 3 — the pair test ``next not in forbidden[merge_class[previous]]``. For merge
-   lists converted from tiktoken ranks (``ignore_merges``: Llama-3) merges are not applied in rank order and
-   Algorithm 3 would reject the runtime's output; there the sound pair rule is used (see bpe.canonical).
+   pair is — the pair test ``next not in forbidden[merge_class[previous]]``, built by Algorithm 3 run on the
+   clock of the runtime's merges (exact also for lists converted from tiktoken ranks, like Llama-3's, where
+   merges do not fire in rank order).
 2. **Pieces** (``bpe.pretokenizer``): the marked-text DFA says where piece boundaries (``#``) may fall. Between
    two tokens there is either a boundary (no merge constraint) or not (the pair test applies); tokens never
    contain one.
@@ -29,9 +29,9 @@ that begin with continuation bytes), which is what keeps the automaton as small 
 
 Deliberately not exact, and measured in the tests and README (each errs towards *allowing*, so the runtime's
 own output is never rejected): under an NFC normaliser, a base character followed by a combining mark NFC would
-compose (characters that never occur in NFC text are excluded); ``ignore_merges`` tokenizers
-(the pair rule above, and pieces whose BPE spelling differs from the single vocabulary token); non-special
-added tokens spelled out by regular tokens.
+compose (characters that never occur in NFC text are excluded); ``ignore_merges`` tokenizers: a whole piece
+that is a vocabulary token is that token, and its BPE spelling is allowed too; non-special added tokens
+spelled out by regular tokens.
 Special tokens are never produced by text and never allowed; EOS is the constraint layer's business.
 """
 
@@ -48,14 +48,14 @@ from pathlib import Path
 
 import numpy as np
 
-from bpe.canonical import build_merge_automaton, build_pair_rule_automaton
+from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
 from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symbol_table
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 
 
 class DisallowedTokenError(TokenizerError):
@@ -72,7 +72,7 @@ class CanonicalAutomaton:
 
     Arrays (all numpy; the on-disk format stores exactly these):
 
-    - ``merge_class``: int32[V], Algorithm 3's class of each token (-1: never produced inside a piece).
+    - ``merge_class``: int32[V], the merge-table class of each token (-1: never produced inside a piece).
     - ``forbid_order``/``forbid_position``/``forbid_starts``/``forbid_ends``/``forbid_offsets``: merge class c
       forbids ``forbid_order[forbid_starts[i]:forbid_ends[i]]`` for i in ``forbid_offsets[c]:[c+1]``. The last
       merge class forbids everything (a token that must end its piece: ``ignore_merges`` whole pieces).
@@ -329,12 +329,8 @@ def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> Canonic
     say = progress or (lambda message: None)
     t0 = time.perf_counter()
     V = tokenizer.vocab_size
-    if tokenizer.ignore_merges:  # merges converted from tiktoken ranks: not applied in rank order
-        say("merge table (pair rule)")
-        merges = build_pair_rule_automaton(tokenizer.merge_table, V, tokenizer.base_token_ids)
-    else:
-        say("merge table (Algorithm 3)")
-        merges = build_merge_automaton(tokenizer.merge_table, V, tokenizer.base_token_ids)
+    say("merge table")
+    merges = build_merge_automaton(tokenizer.merge_table, V, tokenizer.base_token_ids)
     say(f"  {merges.num_classes} merge classes in {time.perf_counter() - t0:.1f} s")
     say("pre-tokenizer boundaries")
     segmentation = build_segmentation(tokenizer.pre_tokenizer)

@@ -1,31 +1,46 @@
-"""The canonical automaton of a BPE merge table: which token may follow which (Algorithm 3 of the
-DirectMerge appendix, for the language ".*").
+"""The canonical automaton of a BPE merge table: which token may follow which, inside one pre-token piece.
 
-Two invariants of that automaton make it tiny: every state accepts, and a token always leads to the same
-state. So it is ``class_of[t]`` (the state after token t; class 0 = nothing read yet) plus, per class, the set
-of tokens forbidden next. Algorithm 3 builds it merge by merge:
+The runtime (HF ``tokenizers``) repeatedly merges the lowest-ranked adjacent pair, leftmost first. A
+tokenization inside a piece is canonical iff every adjacent pair (a, b) is: the runtime spells a's text
+followed by b's text as exactly [a, b]. (A third token cannot rescue or spoil a pair: merges elsewhere only
+lower the competition the pair's own crossing has to beat.) So the automaton is ``class_of[t]`` (the state
+after token t; class 0 = nothing read yet) plus, per class, the set of tokens forbidden next.
 
-    for merge (a, b) -> ab, in priority order:
-        S = state(a); Sb = state(b)                       (read before any update)
-        if b in forbid(S): skip (ab is never produced)
-        if a == b or S is shared by other tokens or S is the start: state(a) = new S' with forbid = forbid(S) + {b}
-        else: forbid(S) += {b}
-        state(ab) = Sb
-        every state forbidding a now forbids ab           (step 5)
+When does a pair (a, b) fail? Three facts, each checked against the runtime:
 
-Representation (what makes it fast). Step 5 means a forbidden set is closed under *left extension*: if a is
-forbidden, so is every token built as (a, ·), ((a, ·), ·), … by a later merge. Call the tree in which each
-merged token hangs under its left operand the *left tree*. A generator b added at merge k forbids b plus the
-subtrees of b's left-tree children created at or after merge k ("at" only when a == b: the same merge
-forbids aa after the odd a). Ordering each node's children by merge index,
-newest first, those subtrees follow b contiguously in DFS order: every forbidden set is a union of
-intervals of one global token permutation. During the build a state keeps ``{generator: merge index}``
-and membership walks b's left spine (a handful of steps); at the end identical sets are fused by their
-merged interval lists. Measured before this representation, the reference's Python sets took 33 s and
-3.5 GB for GPT-2 and 176 s / 14.7 GB for cl100k.
+1. *Every token is built the same way wherever it occurs*: the merges inside a token's span are those of the
+   runtime run on its text alone (its *derivation*, ``_derivations``), and it appears when the clock — the
+   largest rank merged so far — reaches ``completed_at[t]``, the largest rank in its derivation. For merge
+   lists in rank order (GPT-2, SentencePiece) that is the rank of its last merge; for lists converted from
+   tiktoken ranks (Llama-3) a merge can fire after higher-ranked ones, once a later-ranked merge builds its
+   operand, and only the clock is right.
+2. The tokens a could still merge with on its right are its *right edge* over time: the right operand of its
+   last merge, that token's right operand, ... Each edge token e lives from ``completed_at[e]`` until the
+   clock at which its parent on that chain completes. Likewise b's *left edge*.
+3. A merge (e, f) of rank r between a's edge e and b's edge f becomes possible at the clock
+   ``T = max(r, completed_at[e], completed_at[f])`` and fires iff e is still alive then (strictly: a merge
+   of e inside a that completes at T comes first, being further left) and f is alive then or dies exactly
+   at T (the crossing is further left than f's own merge). On Llama-3, 49,619 merges have a rank below an
+   operand's clock; on 162,341 pairs built around them and at random (91,265 non-canonical) this predicts
+   the runtime every time (``tests/test_merge_automaton.py``). With T = r instead, 219 pairs come out wrong.
 
-This module covers the merge table alone; pre-tokenizer boundaries and byte fallback still have to be
-layered on top of it.
+So, processed in clock order, this is the DirectMerge appendix's Algorithm 3 with merge indices replaced by
+clocks: creating token x = (l, r) at ``completed_at[x]`` gives x the state of r as it is then (same right
+edge history from there down), and crossing (e, f) at T adds f's *group* to e's state (copy on write when
+the state is shared). For rank-ordered lists this is Algorithm 3 exactly: same classes as the reference
+on Mistral (9,364 fused, 9,481 before fusion), GPT-2, Qwen3 and SmolLM2.
+
+Representation (what makes it fast). f's group is f plus every token whose left edge passes through f while
+f is alive at T: in the *left tree* (each token hangs under the left operand of its last merge), f plus the
+subtrees of f's children completed at or after T. Ordering each node's children newest first, those
+subtrees follow f contiguously in DFS order: every forbidden set is a union of intervals of one global
+token permutation. During the build a state keeps ``{generator: clock}`` and membership walks a token's left
+spine (a handful of steps); at the end identical sets are fused by their merged interval lists. Measured
+before this representation, the reference's Python sets took 33 s and 3.5 GB for GPT-2 and 176 s / 14.7 GB
+for cl100k.
+
+This module covers the merge table alone; pre-tokenizer boundaries and byte fallback are layered on top of
+it by ``bpe.automaton``.
 """
 
 from __future__ import annotations
@@ -35,12 +50,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["MergeAutomaton", "build_merge_automaton", "build_pair_rule_automaton"]
+__all__ = ["MergeAutomaton", "build_merge_automaton"]
 
 
 @dataclass(frozen=True, eq=False)
 class MergeAutomaton:
-    """Result of Algorithm 3, fused.
+    """The fused canonical automaton of a merge table.
 
     - ``class_of``: int32[V], the class reached after each token (-1: the token is never produced).
     - ``order``: int32[V], a permutation of token ids (DFS order of the left tree);
@@ -78,52 +93,144 @@ class MergeAutomaton:
 
 
 def build_merge_automaton(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray) -> MergeAutomaton:
-    """Run Algorithm 3 over ``merge_table`` (rows: left, right, result) starting from ``base_token_ids``."""
-    state_of = np.full(vocab_size, -1, dtype=np.int64)  # -1: not (yet) produced
-    state_of[base_token_ids] = 0
-    tokens_in_state = [len(base_token_ids)]
-    generators: list[dict[int, int]] = [{}]  # state -> {generator token: merge index it was added at}
-    parent = np.full(vocab_size, -1, dtype=np.int64)  # left operand of the merge that produced the token
-    made_at = np.full(vocab_size, -1, dtype=np.int64)  # index of that merge
+    """The canonical automaton of ``merge_table`` (rows: left, right, result; row index = rank) over the
+    symbols ``base_token_ids``, for the runtime's rule "merge the lowest-ranked adjacent pair, leftmost first"."""
+    derivation = _derivations(merge_table, vocab_size, base_token_ids)
+    tau, right = derivation.completed_at, derivation.right
+    produced = derivation.produced
 
-    def forbids(state: int, token: int) -> bool:
-        """Whether ``token`` is in the forbidden set of ``state``: walk its left spine looking for a
-        generator whose interval covers it."""
-        gens = generators[state]
-        if not gens:
-            return False
-        if token in gens:
+    # Events: token x appears at tau[x] (it inherits its right operand's state: same right edge history);
+    # crossing (e, f) at its effective time max(rank, tau[e], tau[f]) forbids f's group after e. At equal
+    # times creations go first: "alive" is strict on the left (a crossing at the instant e is consumed is late).
+    pairs, first = np.unique(merge_table[:, 0].astype(np.int64) * vocab_size + merge_table[:, 1], return_index=True)
+    e, f = pairs // vocab_size, pairs % vocab_size
+    live = produced[e] & produced[f]
+    e, f, rank = e[live], f[live], first[live]
+    crossing_time = np.maximum(rank, np.maximum(tau[e], tau[f]))
+    made = np.flatnonzero(produced & (derivation.left >= 0))
+    times = np.concatenate([tau[made], crossing_time])
+    kinds = np.concatenate([np.zeros(len(made), np.int64), np.ones(len(e), np.int64)])
+    # Among creations at one time, operands before results (a result is longer than its operands).
+    sizes = np.concatenate([derivation.size[made], np.zeros(len(e), np.int64)])
+    events = np.lexsort((sizes, kinds, times))
+    subjects = np.concatenate([made, e]).tolist()
+    objects = np.concatenate([right[made], f]).tolist()
+    times_list = times.tolist()
+
+    parent, tau_list = derivation.left.tolist(), tau.tolist()
+
+    def covered(gens: dict[int, int], token: int, when: int) -> bool:
+        """Whether a state's forbidden set already holds ``token``'s whole group at time ``when``: the token
+        itself from an earlier time, or inside the subtree of an ancestor's generator (walk its left spine)."""
+        if gens.get(token, when + 1) <= when:
             return True
-        child = token
-        node = int(parent[token])
+        child, node = token, parent[token]
         while node >= 0:
-            added = gens.get(node)
-            if added is not None and made_at[child] >= added:
+            since = gens.get(node)
+            if since is not None and tau_list[child] >= since:
                 return True
-            child, node = node, int(parent[node])
+            child, node = node, parent[node]
         return False
 
-    for k, (a, b, ab) in enumerate(merge_table.tolist()):
-        s, sb = int(state_of[a]), int(state_of[b])
-        if s < 0 or sb < 0 or state_of[ab] >= 0:
-            continue  # an operand is never produced, or ab already is (an earlier merge spelled it)
-        if forbids(s, b):
-            continue  # a is never directly followed by b: this merge never fires
-        if a == b or s == 0 or tokens_in_state[s] > 1:
-            new = len(generators)
-            generators.append({**generators[s], b: k})
-            tokens_in_state.append(1)
-            tokens_in_state[s] -= 1
-            state_of[a] = new
-            if a == b:
-                sb = s  # ab inherits b's old state (read before the update)
-        else:
-            generators[s][b] = k
-        state_of[ab] = sb
-        tokens_in_state[sb] += 1
-        parent[ab], made_at[ab] = a, k
+    state_of = np.where(produced, 0, -1).astype(np.int64)
+    sharers = [int(produced.sum()) + 1]  # tokens per state; the start state keeps one extra: never mutated
+    generators: list[dict[int, int]] = [{}]  # state -> {generator token: earliest crossing time}
+    for i in events.tolist():
+        x, y = subjects[i], objects[i]
+        if i < len(made):  # creation of x = (left, y): share y's state as it is now
+            s = int(state_of[y])
+            sharers[state_of[x]] -= 1
+            state_of[x] = s
+            sharers[s] += 1
+            continue
+        s, when = int(state_of[x]), times_list[i]
+        gens = generators[s]
+        if covered(gens, y, when):
+            continue
+        if sharers[s] > 1:  # others snapshotted this history before now: copy on write
+            gens = dict(gens)
+            generators.append(gens)
+            sharers[s] -= 1
+            sharers.append(1)
+            state_of[x] = len(generators) - 1
+        gens[y] = when
+    return _fuse(state_of, generators, derivation.left, tau, vocab_size)
 
-    return _fuse(state_of, generators, parent, made_at, vocab_size)
+
+@dataclass(frozen=True, eq=False)
+class _Derivations:
+    """How the runtime builds each token from its own bytes (a token inside any text is built exactly so).
+
+    ``left``/``right``: operands of the last merge (-1 for base symbols and unproduced tokens);
+    ``completed_at``: the largest rank among the merges that build it (-1 for base symbols), which is the
+    clock (largest rank applied so far) at which it appears in any text; ``size``: base symbols it spans;
+    ``produced``: the runtime spells the token's own text as this one token."""
+
+    left: np.ndarray
+    right: np.ndarray
+    completed_at: np.ndarray
+    size: np.ndarray
+    produced: np.ndarray
+
+
+def _derivations(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray) -> _Derivations:
+    """Run the runtime's BPE on every token's base symbols at once: tokens of equal length in one array,
+    one merge per row per step (lowest rank, leftmost), vectorised over the rows."""
+    V = vocab_size
+    pairs, first = np.unique(merge_table[:, 0].astype(np.int64) * V + merge_table[:, 1], return_index=True)
+    results = merge_table[first, 2].astype(np.int64)
+    never = len(merge_table)
+
+    # Base-symbol spelling of every token, by expanding merges (operands before results).
+    spelling: list[list[int] | None] = [None] * V
+    for t in np.asarray(base_token_ids).tolist():
+        spelling[t] = [t]
+    pending = merge_table.tolist()
+    while pending:
+        later = []
+        for a, b, ab in pending:
+            if spelling[ab] is not None:
+                continue
+            if spelling[a] is None or spelling[b] is None:
+                later.append((a, b, ab))
+            else:
+                spelling[ab] = spelling[a] + spelling[b]
+        if len(later) == len(pending):
+            break  # operands no merge chain reaches
+        pending = later
+
+    left = np.full(V, -1, dtype=np.int64)
+    right = np.full(V, -1, dtype=np.int64)
+    completed_at = np.full(V, -1, dtype=np.int64)
+    size = np.array([len(s) if s else 0 for s in spelling], dtype=np.int64)
+    produced = np.zeros(V, dtype=bool)
+    produced[np.asarray(base_token_ids, dtype=np.int64)] = True
+    for length in np.unique(size[size > 1]).tolist():
+        tokens = np.flatnonzero(size == length)
+        seq = np.array([spelling[t] for t in tokens], dtype=np.int64)
+        clock = np.full(len(tokens), -1, dtype=np.int64)
+        alive = np.ones(len(tokens), dtype=bool)
+        for width in range(length, 1, -1):
+            keys = seq[:, :-1] * V + seq[:, 1:]
+            where = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
+            ranks = np.where(pairs[where] == keys, first[where], never)
+            at = ranks.argmin(axis=1)  # leftmost lowest rank
+            rows = np.arange(len(tokens))
+            best = ranks[rows, at]
+            alive &= best < never
+            clock = np.maximum(clock, best)
+            if width == 2:
+                left[tokens], right[tokens] = seq[:, 0], seq[:, 1]
+            merged = results[where[rows, at]]
+            cols = np.arange(width - 1)
+            shifted = np.where(cols[None, :] > at[:, None], seq[:, 1:], seq[:, :-1])
+            shifted[rows, at] = merged
+            seq = shifted
+        ok = alive & (seq[:, 0] == tokens)
+        produced[tokens[ok]] = True
+        completed_at[tokens[ok]] = clock[ok]
+    left[~produced], right[~produced] = -1, -1
+    return _Derivations(left, right, completed_at, size, produced)
 
 
 def _fuse(state_of, generators, parent, made_at, vocab_size) -> MergeAutomaton:
@@ -194,33 +301,3 @@ def _fuse(state_of, generators, parent, made_at, vocab_size) -> MergeAutomaton:
         produced=produced,
         pre_fusion_states=len(generators),
     )
-
-
-def build_pair_rule_automaton(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray) -> MergeAutomaton:
-    """The sound fallback for merge lists whose merges do not happen in rank order: b may not follow a iff
-    (a, b) is a merge. (Whatever order the runtime applies merges in, it stops only when no adjacent pair is
-    mergeable, so this never rejects its output; it over-allows what Algorithm 3 would also forbid.)
-
-    Needed for lists converted from tiktoken ranks (Llama-3: ``ignore_merges``): there a merge can fire
-    after higher-ranked ones, once an operand that a later-ranked merge builds exists, and Algorithm 3's
-    premise fails — measured on Llama-3, it rejects the runtime's ``' край'``, ``'ней'`` in ``' крайней'``.
-    Every token some merge builds, or a base token, counts as produced."""
-    produced = np.zeros(vocab_size, dtype=bool)
-    produced[base_token_ids] = True
-    produced[merge_table[:, 2]] = True
-    # Left tree by first merge (any tree works: each forbidden set is a set of single positions).
-    parent = np.full(vocab_size, -1, dtype=np.int64)
-    made_at = np.full(vocab_size, -1, dtype=np.int64)
-    for k, (a, _, ab) in enumerate(merge_table.tolist()):
-        if parent[ab] < 0 and made_at[ab] < 0:
-            parent[ab], made_at[ab] = a, k
-    state_of = np.where(produced, 0, -1).astype(np.int64)
-    generators: list[dict[int, int]] = [{}]
-    rights: dict[int, dict[int, int]] = {}
-    for a, b, _ in merge_table.tolist():
-        rights.setdefault(a, {})[b] = 1 << 62  # "added after every merge": the interval is b alone
-    for a, gens in rights.items():
-        if produced[a]:
-            state_of[a] = len(generators)
-            generators.append(gens)
-    return _fuse(state_of, generators, parent, made_at, vocab_size)

@@ -476,7 +476,6 @@ class Guide:
 
 _NONE_DEAD, _ALL_DEAD, _PARTIAL = 0, 1, 2
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
-_TOKEN_LIST_LIMIT = 4_000_000  # forbidden entries up to which F is also kept as token lists
 _FEW_FORBIDDEN = 32  # a forbidden set this small is applied bit by bit instead of as a packed row
 
 
@@ -508,17 +507,9 @@ class _Forbidden:
         self.keys = self.interval_class.astype(np.int64) * (automaton.vocab_size + 1) + automaton.forbid_starts
         self._words: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
-        # Small totals (the pair rule's: 0.4 M entries for Llama-3): every F[mc] as a token list, so a mask miss
-        # slices instead of expanding intervals. Large totals (GPT-2 22 M, Qwen3 109 M) stay as intervals.
-        self._token_lists = self._token_bounds = None
-        if automaton.forbidden_entries <= _TOKEN_LIST_LIMIT:
-            self._token_lists = automaton.forbid_order[concat_aranges(automaton.forbid_starts, automaton.forbid_ends)]
-            self._token_bounds = np.concatenate([[0], np.cumsum(self.size.astype(np.int64))])
 
     def tokens(self, mc: int) -> np.ndarray:
         """The token ids of F[mc]."""
-        if self._token_lists is not None:
-            return self._token_lists[self._token_bounds[mc]:self._token_bounds[mc + 1]]
         a = self.a
         lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
         if hi - lo > 8:  # many intervals: one vectorised gather

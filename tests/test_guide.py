@@ -12,7 +12,6 @@ from bpe import DisallowedTokenError, direct_merge
 from product import InvalidTokenError, compile_regex
 from tests.conftest import automaton_of, model_of, runtime_of
 
-PAIR_RULE = ("llama3",)  # sound but not exact canonical automaton (see README: Llama-3 corner)
 
 FINITE_PATTERNS = [
     r" William| Theodore",
@@ -55,8 +54,7 @@ def test_masks_are_exactly_the_runtime_continuations(tokenizer_name, pattern):
         extra += len(allowed - expected)
         assert guide.is_accepting(state) == (-1 in following)
     assert missing == 0, f"{missing} canonical continuations masked out"
-    if tokenizer_name not in PAIR_RULE:
-        assert extra == 0, f"{extra} non-canonical continuations allowed"
+    assert extra == 0, f"{extra} non-canonical continuations allowed"
 
 
 def _token_language(guide, limit=20_000):
@@ -147,8 +145,7 @@ def test_random_walks_never_dead_end_and_are_canonical(name, pattern):
             non_canonical += 1
             print("non-canonical:", repr(text), [runtime.id_to_token(t) for t in ids])
     assert finished > 40
-    if name not in PAIR_RULE:
-        assert non_canonical == 0
+    assert non_canonical == 0
 
 
 def test_boolean_reference_example_on_mistral():

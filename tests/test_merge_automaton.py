@@ -1,4 +1,5 @@
-"""Algorithm 3 (the merge table's canonical automaton) against the appendix and the real runtime."""
+"""The merge table's canonical automaton (Algorithm 3 on the runtime's clock) against the appendix and the
+real runtime."""
 
 import numpy as np
 import pytest
@@ -82,3 +83,49 @@ def test_mistral_runtime_encodings_of_text_are_accepted_pairwise():
     assert len(pairs) > 300
     rejected = [(model.token_strings[x], model.token_strings[y]) for x, y in pairs if not _allowed(ma, x, y)]
     assert rejected == []
+
+
+def _forbids(ma, a: int, b: int) -> bool:
+    lo, hi = ma.offsets[ma.class_of[a]], ma.offsets[ma.class_of[a] + 1]
+    i = np.searchsorted(ma.starts[lo:hi], ma.position[b], side="right") - 1
+    return i >= 0 and ma.position[b] < ma.ends[lo + i]
+
+
+def test_llama3_pairs_equal_the_runtime_where_merges_fire_out_of_rank_order():
+    """Llama-3's merges come from tiktoken ranks: a merge can fire after higher-ranked ones, once a
+    later-ranked merge builds its operand. For every such merge (e, f), pairs (t1, t2) where e is on t1's
+    right edge and f on t2's left edge (plus random pairs) get the runtime's verdict: its BPE model applied to
+    the two tokens' text gives [t1, t2] exactly when t2 may follow t1."""
+    from bpe.canonical import _derivations
+
+    model, runtime = model_of("llama3"), runtime_of("llama3")
+    ma = build_merge_automaton(model.merge_table, model.vocab_size, model.base_token_ids)
+    derivation = _derivations(model.merge_table, model.vocab_size, model.base_token_ids)
+    left, right, clock = derivation.left.tolist(), derivation.right.tolist(), derivation.completed_at
+    regular = np.flatnonzero(ma.produced).tolist()
+    ending_with: dict[int, list[int]] = {}  # e -> tokens whose right edge passes through e
+    starting_with: dict[int, list[int]] = {}
+    for t in regular:
+        for edge, chain in ((right, ending_with), (left, starting_with)):
+            node = t
+            while node >= 0:
+                chain.setdefault(node, []).append(t)
+                node = edge[node]
+    late = [(e, f) for k, (e, f, _) in enumerate(model.merge_table.tolist())
+            if ma.produced[e] and ma.produced[f] and k < max(clock[e], clock[f])]
+    assert len(late) > 1_000, len(late)
+
+    rng = np.random.default_rng(7)
+    pairs = [(int(rng.choice(ending_with[e])), int(rng.choice(starting_with[f]))) for e, f in late for _ in range(4)]
+    pairs += [(int(a), int(b)) for a, b in rng.choice(regular, (20_000, 2))]
+    vocab = {s: i for i, s in enumerate(model.token_strings) if s is not None}
+    checked = non_canonical = 0
+    for a, b in pairs:
+        text = model.token_strings[a] + model.token_strings[b]
+        if text in vocab:
+            continue  # ignore_merges: a whole piece in the vocabulary is that token; not a pair question
+        canonical = [t.id for t in runtime.model.tokenize(text)] == [a, b]
+        assert _forbids(ma, a, b) != canonical, (model.token_strings[a], model.token_strings[b], canonical)
+        checked += 1
+        non_canonical += not canonical
+    assert checked > 20_000 and non_canonical > 1_000, (checked, non_canonical)
