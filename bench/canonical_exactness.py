@@ -32,7 +32,8 @@ def ignore_merges_disagreements(name: str) -> dict:
     spec["model"]["ignore_merges"] = False
     plain = Tokenizer.from_str(json.dumps(spec))
     model = model_of(name)
-    whole = differ = 0
+    whole = 0
+    differ: set[str] = set()
     for t, raw in enumerate(model.token_bytes):
         if raw is None or t in model.special_token_ids or t in model.added_token_ids:
             continue
@@ -43,8 +44,16 @@ def ignore_merges_disagreements(name: str) -> dict:
         if len(runtime.pre_tokenizer.pre_tokenize_str(text)) != 1:
             continue
         whole += 1
-        differ += plain.encode(text, add_special_tokens=False).ids != [t]
-    return {"whole_piece_tokens": whole, "bpe_spells_differently": differ}
+        if plain.encode(text, add_special_tokens=False).ids != [t]:
+            differ.add(text)
+    # How often real text meets the corner: pieces that are one of those tokens.
+    pieces = hits = 0
+    for text in _real_texts():
+        for piece, (start, end) in runtime.pre_tokenizer.pre_tokenize_str(text):
+            pieces += 1
+            hits += text[start:end] in differ
+    return {"whole_piece_tokens": whole, "bpe_spells_differently": len(differ),
+            "real_text_pieces": pieces, "real_text_pieces_spelled_differently": hits}
 
 
 def pairwise_over_allowance(name: str, alphabet: str = "ab '\n1s") -> dict:

@@ -14,9 +14,11 @@ with an incoming ``a`` and an outgoing ``b``:
   that are unreachable or cannot reach acceptance. This is the appendix's version, not the notebook's,
   whose parity seeding drops canonical tokenizations (e.g. ``a+ba*`` with merge (a, a)).
 
-It is exact for a merge table alone: it knows nothing of pre-tokenizer boundaries or byte fallback, and its
-output can be much larger than its input (that is what CartesianMerge avoids). Use it as the reference on
-small languages.
+It is exact for a merge table alone whose merges fire in rank order (GPT-2, SentencePiece-style lists): it
+knows nothing of pre-tokenizer boundaries or byte fallback, and its output can be much larger than its input
+(that is what CartesianMerge avoids). Use it as the reference on small languages. Lists converted from
+tiktoken ranks (Llama-3) fire some merges after higher-ranked ones (``bpe.canonical`` explains the clock
+that orders them); applying those in rank order is not exact, and this module does not re-order them.
 """
 
 from __future__ import annotations

@@ -97,6 +97,7 @@ class Guide:
         self.vocab_size = canonical.vocab_size
         self.num_words = (self.vocab_size + 31) // 32
         self.eos_token_ids = tuple(int(t) for t in canonical.eos_token_ids)
+        self._eos, self._no_eos = np.array(self.eos_token_ids, dtype=np.int32), np.zeros(0, dtype=np.int32)
         self._M = self._automaton.num_merge_classes
         self._explore(max_states)
         self._solve_liveness()
@@ -105,10 +106,18 @@ class Guide:
         if not self._alive(np.array([start]), np.array([self.initial_state % self._M]))[0]:
             raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
                                      f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
-        self._rows: dict[int, tuple] = {}
+        self._rows: list[tuple] = [()] * len(self._node_q)
         for node in np.flatnonzero(~self._is_pending).tolist():  # open nodes: few, with large rows
-            self._node_rows(node)
-            self._edges[node] = None  # only the packed rows are needed from here on
+            self._store_rows(node, *self._xyz(*self._edges[node]))
+        pending = np.flatnonzero(self._is_pending)
+        if len(pending):  # many short rows: one vectorised liveness pass, then split
+            parts = [self._edges[n] for n in pending.tolist()]
+            X, Y, Z = self._xyz(*(np.concatenate([p[i] for p in parts]) for i in range(4)), split=True)
+            bounds = np.concatenate([[0], np.cumsum([len(p[0]) for p in parts])])
+            for i, node in enumerate(pending.tolist()):
+                lo, hi = bounds[i], bounds[i + 1]
+                self._store_rows(node, *(np.flatnonzero(k[lo:hi]) for k in (X, Y, Z)), tokens=parts[i][0])
+        self._edges = None  # only the rows are needed from here on
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
         self._forced: dict[int, tuple[int, ...]] = {}
@@ -124,8 +133,7 @@ class Guide:
         """Bytes held by the compiled guide (transitions, node rows, liveness), excluding the mask cache and the
         shared canonical automaton."""
         arrays = [self._transitions.offsets, self._transitions.tokens, self._transitions.targets]
-        arrays += [a for edges in self._edges if edges is not None for a in edges]
-        arrays += [a for rows in self._rows.values() for a in rows if a is not None]
+        arrays += [a for rows in self._rows for a in rows[1:] if a is not None]
         arrays += list(self._dead.values())
         return int(sum(a.nbytes for a in arrays))
 
@@ -222,39 +230,37 @@ class Guide:
             self._masks.popitem(last=False)
         return words
 
-    def _node_rows(self, node: int) -> tuple:
-        """A node's rows: X packed, and Y, Z as token arrays when few (masks test them against F[mc] one by
-        one) or packed when many — (Xw, Y, Z, Yw, Zw) with the unused form None."""
-        rows = self._rows.get(node)
-        if rows is None:
-            X, Y, Z = self._xyz(node)
-            if len(Y) + len(Z) > _SPARSE_LIMIT:
-                rows = (_pack(X, self.num_words), None, None, _pack(Y, self.num_words),
-                        _pack(Z, self.num_words) if len(Z) else None)
-            else:
-                rows = (_pack(X, self.num_words), Y, Z, None, None)
-            self._rows[node] = rows
-        return rows
+    def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, tokens=None) -> None:
+        """Keep a node's rows: X (allowed whatever the merge class), Y (allowed unless in F[mc]), Z (allowed only
+        if in F[mc]). ``tokens`` maps the given indices to token ids (default: they are token ids). Few
+        class-dependent tokens: token arrays, tested against F[mc] one by one; many: packed words."""
+        if tokens is not None:
+            X, Y, Z = tokens[X], tokens[Y], tokens[Z]
+        if len(Y) + len(Z) <= _SPARSE_LIMIT and len(X) <= _SPARSE_LIMIT:
+            self._rows[node] = (True, X.astype(np.int32), Y.astype(np.int32), Z.astype(np.int32))
+        else:
+            n = self.num_words
+            self._rows[node] = (False, _pack(X, n), _pack(Y, n), _pack(Z, n) if len(Z) else None)
 
     def _compute_mask(self, node: int, mc: int) -> np.ndarray:
-        Xw, Y, Z, Yw, Zw = self._node_rows(node)
-        if Yw is None:  # few tokens depend on the merge class: test them against F[mc] directly
-            extra = np.concatenate([Y[~self._automaton.forbids(mc, Y)], Z[self._automaton.forbids(mc, Z)]])
-            words = Xw | _pack(extra, self.num_words) if len(extra) else Xw.copy()
-        elif self._forbidden.size[mc] <= _FEW_FORBIDDEN:  # Y-or-X everywhere, then fix F's few bits
-            words = Xw | Yw
+        sparse, X, Y, Z = self._rows[node]
+        eos = self._eos if self._final[node] else self._no_eos
+        if sparse:  # few tokens depend on the merge class: test them against F[mc] directly
+            forbids = self._automaton.forbids
+            return _pack(np.concatenate([X, Y[~forbids(mc, Y)], Z[forbids(mc, Z)], eos]), self.num_words)
+        if self._forbidden.size[mc] <= _FEW_FORBIDDEN:  # Y-or-X everywhere, then fix F's few bits
+            words = X | Y
             for t in self._forbidden.tokens(mc).tolist():
                 w, bit = t >> 5, np.uint32(1 << (t & 31))
-                keep = (Xw[w] & bit) | (Zw[w] & bit if Zw is not None else 0)
+                keep = (X[w] & bit) | (Z[w] & bit if Z is not None else 0)
                 words[w] = (words[w] & ~bit) | keep
         else:
             forbidden = self._forbidden.words(mc, self.num_words)
-            words = Xw | (Yw & ~forbidden)
-            if Zw is not None:
-                words |= Zw & forbidden
-        if self._final[node]:
-            for t in self.eos_token_ids:
-                words[t >> 5] |= np.uint32(1 << (t & 31))
+            words = X | (Y & ~forbidden)
+            if Z is not None:
+                words |= Z & forbidden
+        for t in eos.tolist():
+            words[t >> 5] |= np.uint32(1 << (t & 31))
         return words
 
     # ---- compilation: explore nodes, then liveness --------------------------------------------------------
@@ -359,12 +365,14 @@ class Guide:
             alive[partial] = self._dead_keys[at] != keys
         return alive
 
-    def _xyz(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        tokens, inside, boundary, mcs = self._edges[node]
+    def _xyz(self, tokens, inside, boundary, mcs, split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows X, Y, Z of candidate edges (see ``_store_rows``): the tokens, or with ``split`` the boolean
+        selectors over the edges."""
         inside_ok = inside >= 0
         live_inside = self._alive(inside, mcs)
         live_boundary = self._alive(boundary, mcs)
-        return tokens[~inside_ok & live_boundary], tokens[live_inside], tokens[inside_ok & live_boundary]
+        selectors = ~inside_ok & live_boundary, live_inside, inside_ok & live_boundary
+        return selectors if split else tuple(tokens[k] for k in selectors)
 
     _WIDE_ROW = 4096  # nodes with more candidate tokens take their candidate classes from F's sizes instead
 
@@ -406,7 +414,7 @@ class Guide:
         while len(dirty):
             results: dict[int, np.ndarray | None] = {}
             for n in dirty[~self._is_pending[dirty]].tolist():
-                X, Y, Z = self._xyz(n)
+                X, Y, Z = self._xyz(*self._edges[n])
                 candidates = entering[n] if entering[n] is not None else by_size(len(Y))
                 results[n] = None if len(X) else self._forbidden.dead_classes(Y, Z, candidates)
             results.update(self._pending_dead(dirty[self._is_pending[dirty]], entering))
@@ -477,18 +485,18 @@ class Guide:
 _NONE_DEAD, _ALL_DEAD, _PARTIAL = 0, 1, 2
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _FEW_FORBIDDEN = 32  # a forbidden set this small is applied bit by bit instead of as a packed row
+_DENSE_PACK = 8192  # more tokens than this are packed through a boolean row of the whole vocabulary
 
 
 def _pack(tokens: np.ndarray, num_words: int) -> np.ndarray:
-    """uint32[num_words] with the bits of ``tokens`` set."""
-    if len(tokens) > 2048:
+    """uint32[num_words] with the bits of ``tokens`` (distinct ids) set."""
+    if len(tokens) > _DENSE_PACK:
         flags = np.zeros(num_words * 32, dtype=bool)
         flags[tokens] = True
         return np.packbits(flags, bitorder="little").view(np.uint32).copy()
-    words = np.zeros(num_words, dtype=np.uint32)
-    tokens = tokens.astype(np.int64)
-    np.bitwise_or.at(words, tokens >> 5, np.left_shift(np.uint32(1), (tokens & 31).astype(np.uint32)))
-    return words
+    # Distinct bits of a word add up to their OR, exactly even in float64 (bincount's weights).
+    tokens = np.asarray(tokens, dtype=np.int64)
+    return np.bincount(tokens >> 5, weights=np.left_shift(1, tokens & 31), minlength=num_words).astype(np.uint32)
 
 
 class _Forbidden:
@@ -518,10 +526,19 @@ class _Forbidden:
                                                                      a.forbid_ends[lo:hi].tolist())] or [np.zeros(0, np.int32)])
 
     def words(self, mc: int, num_words: int) -> np.ndarray:
-        """F[mc] as packed words, cached (LRU)."""
+        """F[mc] as packed words, cached (LRU). A set over half the vocabulary is packed through its
+        complement (the gaps between its intervals), so no miss scatters more than V / 2 bits."""
         words = self._words.get(mc)
         if words is None:
-            words = self._words[mc] = _pack(self.tokens(mc), num_words)
+            a = self.a
+            if self.size[mc] * 2 > a.vocab_size:
+                lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
+                gaps = concat_aranges(np.r_[0, a.forbid_ends[lo:hi]], np.r_[a.forbid_starts[lo:hi], a.vocab_size])
+                words = ~_pack(a.forbid_order[gaps], num_words)
+                words[-1] &= np.uint32((1 << (a.vocab_size - 32 * (num_words - 1))) - 1)  # no bits past V
+            else:
+                words = _pack(self.tokens(mc), num_words)
+            self._words[mc] = words
             if len(self._words) > self._cache_size:
                 self._words.popitem(last=False)
         else:

@@ -214,3 +214,20 @@ def test_bad_input_gets_typed_errors():
         guide.advance(guide.initial_state, guide.eos_token_ids[0])
     with pytest.raises(ValueError):
         guide.allowed(-1)
+
+
+def test_packed_forbidden_rows_equal_the_automaton_sets():
+    """Masks read F[mc] as packed words: through token lists, or through the complement for sets over half
+    the vocabulary (Llama-3 has 32 such classes, among them the whole-piece class that forbids everything)."""
+    from product.guide import _forbidden_index
+
+    automaton = automaton_of("llama3")
+    index = _forbidden_index(automaton)
+    num_words = (automaton.vocab_size + 31) // 32
+    large = np.flatnonzero(index.size * 2 > automaton.vocab_size)
+    assert len(large) >= 2
+    for mc in large.tolist() + [0, 1, int(np.argmax(index.size * 2 <= automaton.vocab_size) + 7)]:
+        words = index.words(mc, num_words)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+        assert not bits[automaton.vocab_size:].any()
+        assert (bits[: automaton.vocab_size].astype(bool) == automaton.forbidden(mc)).all(), mc
