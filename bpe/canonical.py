@@ -95,14 +95,14 @@ class MergeAutomaton:
 def build_merge_automaton(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray) -> MergeAutomaton:
     """The canonical automaton of ``merge_table`` (rows: left, right, result; row index = rank) over the
     symbols ``base_token_ids``, for the runtime's rule "merge the lowest-ranked adjacent pair, leftmost first"."""
-    derivation = _derivations(merge_table, vocab_size, base_token_ids)
+    pairs, first = _pair_ranks(merge_table, vocab_size)
+    derivation = _derivations(merge_table, vocab_size, base_token_ids, pairs, first)
     tau, right = derivation.completed_at, derivation.right
     produced = derivation.produced
 
     # Events: token x appears at tau[x] (it inherits its right operand's state: same right edge history);
     # crossing (e, f) at its effective time max(rank, tau[e], tau[f]) forbids f's group after e. At equal
     # times creations go first: "alive" is strict on the left (a crossing at the instant e is consumed is late).
-    pairs, first = np.unique(merge_table[:, 0].astype(np.int64) * vocab_size + merge_table[:, 1], return_index=True)
     e, f = pairs // vocab_size, pairs % vocab_size
     live = produced[e] & produced[f]
     e, f, rank = e[live], f[live], first[live]
@@ -173,11 +173,17 @@ class _Derivations:
     produced: np.ndarray
 
 
-def _derivations(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray) -> _Derivations:
+def _pair_ranks(merge_table: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted pair keys ``left * V + right`` and the rank (first row) of each pair's merge."""
+    return np.unique(merge_table[:, 0].astype(np.int64) * vocab_size + merge_table[:, 1], return_index=True)
+
+
+def _derivations(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray,
+                 pairs: np.ndarray, first: np.ndarray) -> _Derivations:
     """Run the runtime's BPE on every token's base symbols at once: tokens of equal length in one array,
-    one merge per row per step (lowest rank, leftmost), vectorised over the rows."""
+    one merge per row per step (lowest rank, leftmost), vectorised over the rows. ``pairs``/``first``:
+    ``_pair_ranks`` of the table."""
     V = vocab_size
-    pairs, first = np.unique(merge_table[:, 0].astype(np.int64) * V + merge_table[:, 1], return_index=True)
     results = merge_table[first, 2].astype(np.int64)
     never = len(merge_table)
 
@@ -210,12 +216,12 @@ def _derivations(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.nd
         seq = np.array([spelling[t] for t in tokens], dtype=np.int64)
         clock = np.full(len(tokens), -1, dtype=np.int64)
         alive = np.ones(len(tokens), dtype=bool)
+        rows = np.arange(len(tokens))
         for width in range(length, 1, -1):
             keys = seq[:, :-1] * V + seq[:, 1:]
             where = np.minimum(np.searchsorted(pairs, keys), len(pairs) - 1)
             ranks = np.where(pairs[where] == keys, first[where], never)
             at = ranks.argmin(axis=1)  # leftmost lowest rank
-            rows = np.arange(len(tokens))
             best = ranks[rows, at]
             alive &= best < never
             clock = np.maximum(clock, best)

@@ -116,7 +116,7 @@ class Guide:
             bounds = np.concatenate([[0], np.cumsum([len(p[0]) for p in parts])])
             for i, node in enumerate(pending.tolist()):
                 lo, hi = bounds[i], bounds[i + 1]
-                self._store_rows(node, *(np.flatnonzero(k[lo:hi]) for k in (X, Y, Z)), tokens=parts[i][0])
+                self._store_rows(node, *(parts[i][0][k[lo:hi]] for k in (X, Y, Z)))
         self._edges = None  # only the rows are needed from here on
         self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
         self._cache_size = cache_size
@@ -230,12 +230,9 @@ class Guide:
             self._masks.popitem(last=False)
         return words
 
-    def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, tokens=None) -> None:
-        """Keep a node's rows: X (allowed whatever the merge class), Y (allowed unless in F[mc]), Z (allowed only
-        if in F[mc]). ``tokens`` maps the given indices to token ids (default: they are token ids). Few
-        class-dependent tokens: token arrays, tested against F[mc] one by one; many: packed words."""
-        if tokens is not None:
-            X, Y, Z = tokens[X], tokens[Y], tokens[Z]
+    def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray) -> None:
+        """Keep a node's rows of token ids: X (allowed whatever the merge class), Y (allowed unless in F[mc]),
+        Z (allowed only if in F[mc]). Few tokens: token arrays, tested against F[mc] one by one; many: packed."""
         if len(Y) + len(Z) <= _SPARSE_LIMIT and len(X) <= _SPARSE_LIMIT:
             self._rows[node] = (True, X.astype(np.int32), Y.astype(np.int32), Z.astype(np.int32))
         else:
