@@ -108,11 +108,12 @@ class Guide:
                                      f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
         self._rows: list[tuple] = [()] * len(self._node_q)
         for node in np.flatnonzero(~self._is_pending).tolist():  # open nodes: few, with large rows
-            self._store_rows(node, *self._xyz(*self._edges[node]))
+            tokens, inside, boundary, mcs = self._edges[node]
+            self._store_rows(node, *(tokens[k] for k in self._row_selectors(inside, boundary, mcs)))
         pending = np.flatnonzero(self._is_pending)
         if len(pending):  # many short rows: one vectorised liveness pass, then split
             parts = [self._edges[n] for n in pending.tolist()]
-            X, Y, Z = self._xyz(*(np.concatenate([p[i] for p in parts]) for i in range(4)), split=True)
+            X, Y, Z = self._row_selectors(*(np.concatenate([p[i] for p in parts]) for i in (1, 2, 3)))
             bounds = np.concatenate([[0], np.cumsum([len(p[0]) for p in parts])])
             for i, node in enumerate(pending.tolist()):
                 lo, hi = bounds[i], bounds[i + 1]
@@ -362,14 +363,12 @@ class Guide:
             alive[partial] = self._dead_keys[at] != keys
         return alive
 
-    def _xyz(self, tokens, inside, boundary, mcs, split: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Rows X, Y, Z of candidate edges (see ``_store_rows``): the tokens, or with ``split`` the boolean
-        selectors over the edges."""
+    def _row_selectors(self, inside, boundary, mcs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Which candidate edges belong to rows X, Y, Z (see ``_store_rows``), as boolean selectors."""
         inside_ok = inside >= 0
         live_inside = self._alive(inside, mcs)
         live_boundary = self._alive(boundary, mcs)
-        selectors = ~inside_ok & live_boundary, live_inside, inside_ok & live_boundary
-        return selectors if split else tuple(tokens[k] for k in selectors)
+        return ~inside_ok & live_boundary, live_inside, inside_ok & live_boundary
 
     _WIDE_ROW = 4096  # nodes with more candidate tokens take their candidate classes from F's sizes instead
 
@@ -411,7 +410,8 @@ class Guide:
         while len(dirty):
             results: dict[int, np.ndarray | None] = {}
             for n in dirty[~self._is_pending[dirty]].tolist():
-                X, Y, Z = self._xyz(*self._edges[n])
+                tokens, inside, boundary, mcs = self._edges[n]
+                X, Y, Z = (tokens[k] for k in self._row_selectors(inside, boundary, mcs))
                 candidates = entering[n] if entering[n] is not None else by_size(len(Y))
                 results[n] = None if len(X) else self._forbidden.dead_classes(Y, Z, candidates)
             results.update(self._pending_dead(dirty[self._is_pending[dirty]], entering))
