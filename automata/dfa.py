@@ -188,11 +188,13 @@ class DFA:
         """
         dfa = self.trim()
         t = dfa.transitions
+        # Symbols that every state treats alike (most of the 256 bytes) refine nothing: keep one of each.
+        distinct = np.unique(t, axis=1)
         _, block = np.unique(dfa.accepting, return_inverse=True)
         block = block.ravel().astype(np.int64)
         num_blocks = int(block.max()) + 1
         while True:
-            succ = np.where(t == MISSING, -1, block[np.maximum(t, 0)])
+            succ = np.where(distinct == MISSING, -1, block[np.maximum(distinct, 0)])
             signature = np.concatenate([block[:, None], succ], axis=1)
             _, new_block = np.unique(signature, axis=0, return_inverse=True)
             new_block = new_block.ravel()

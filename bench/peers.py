@@ -6,7 +6,9 @@ then walks the runtime's own encoding of a few valid instances (plus the final E
 next-token bitmask per step; only the fill is timed. Memory: canonmerge reports ``Guide.memory_bytes`` (the
 largest guide); the peers keep their state in Rust/C++ where Python cannot measure it per guide, so they show
 n/a (the JSON keeps the process's peak-RSS growth, which allocator reuse makes meaningless). Single-threaded
-where the engine allows it.
+where the engine allows it. The whole compile-and-walk is repeated (``--repeats``, fresh compiles each time) and
+every statistic is the median over repetitions: this machine's timings have rare 0.1–1 ms stalls (a VM), which
+would otherwise decide a p99 over ~330 masks by themselves.
 
 Peers are optional bench dependencies (``pip install -e ".[bench]"`` and ``pip install --no-deps
 xgrammar==0.2.8``; xgrammar's declared dependencies would pull a CUDA torch and triton). An engine that is not
@@ -81,7 +83,7 @@ class Canonmerge:
         return compile_regex(pattern, self.canonical, canonical_only=self.canonical_only)
 
     def walk(self, guide, ids, times):
-        out = np.zeros((1, guide.num_words), dtype=np.int32)
+        out = torch.zeros((1, guide.num_words), dtype=torch.int32)  # like the peers' buffers: written, so resident
         state = guide.initial_state
         for step, t in enumerate(ids + [None]):
             t0 = time.perf_counter_ns()
@@ -208,7 +210,7 @@ class XGrammar:
 ENGINES = [Canonmerge, OutlinesCore, LLGuidance, XGrammar]
 
 
-def run(tokenizers: list[str]) -> dict:
+def run(tokenizers: list[str], repeats: int) -> dict:
     results = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version()}, "rows": [], "cases": []}
     for tokenizer in tokenizers:
         runtime = reference_runtime(tokenizer)
@@ -223,38 +225,47 @@ def run(tokenizers: list[str]) -> dict:
                 continue
             gc.collect()
             rss_before = _rss_mb()
-            compile_ms, mask_us, memory, failures = [], [], [], []
-            for case, pattern, _ in CASES:
-                t0 = time.perf_counter()
-                try:
-                    compiled = engine.compile(pattern)
-                except Exception as exc:  # a peer that cannot compile a pattern is reported, not fatal
-                    failures.append(f"{case}: compile: {type(exc).__name__}: {exc}")
-                    continue
-                elapsed = (time.perf_counter() - t0) * 1e3
-                compile_ms.append(elapsed)
-                times: list[int] = []
-                for ids in encodings[case]:
+            memory, failures, repetitions, case_ms = [], [], [], {}
+            for repetition in range(repeats):  # fresh compiles each time; statistics are medians over repetitions
+                compile_ms, mask_us = [], []
+                for case, pattern, _ in CASES:
+                    t0 = time.perf_counter()
                     try:
-                        if not engine.walk(compiled, list(ids), times):
-                            failures.append(f"{case}: did not accept the runtime's encoding")
-                    except Exception as exc:
-                        failures.append(f"{case}: {type(exc).__name__}: {exc}")
-                mask_us += [t / 1e3 for t in times]
-                if engine.memory:
-                    memory.append(engine.memory(compiled))
+                        compiled = engine.compile(pattern)
+                    except Exception as exc:  # a peer that cannot compile a pattern is reported, not fatal
+                        failures.append(f"{case}: compile: {type(exc).__name__}: {exc}")
+                        continue
+                    elapsed = (time.perf_counter() - t0) * 1e3
+                    compile_ms.append(elapsed)
+                    times: list[int] = []
+                    for ids in encodings[case]:
+                        try:
+                            if not engine.walk(compiled, list(ids), times):
+                                failures.append(f"{case}: did not accept the runtime's encoding")
+                        except Exception as exc:
+                            failures.append(f"{case}: {type(exc).__name__}: {exc}")
+                    mask_us += [t / 1e3 for t in times]
+                    if engine.memory:
+                        memory.append(engine.memory(compiled))
+                    case_ms.setdefault(case, []).append((elapsed, float(np.mean(times)) / 1e3 if times else None,
+                                                         len(times)))
+                    del compiled
+                repetitions.append({
+                    "compile_ms_p50": float(np.median(compile_ms)), "compile_ms_max": float(np.max(compile_ms)),
+                    "masks": len(mask_us), "mask_us_mean": float(np.mean(mask_us)),
+                    "mask_us_p50": float(np.median(mask_us)), "mask_us_p99": float(np.percentile(mask_us, 99)),
+                })
+            for case, runs in case_ms.items():
                 results["cases"].append({"tokenizer": tokenizer, "engine": engine.name, "case": case,
-                                         "compile_ms": elapsed, "masks": len(times),
-                                         "mask_mean_us": float(np.mean(times)) / 1e3 if times else None})
-            row = {
-                "tokenizer": tokenizer, "engine": engine.name,
-                "compile_ms_p50": float(np.median(compile_ms)), "compile_ms_max": float(np.max(compile_ms)),
-                "masks": len(mask_us), "mask_us_mean": float(np.mean(mask_us)),
-                "mask_us_p50": float(np.median(mask_us)), "mask_us_p99": float(np.percentile(mask_us, 99)),
-                "memory_mb_max": (max(memory) / 1e6) if memory else None,
-                "rss_growth_mb": _rss_mb() - rss_before,
-                "failures": failures,
-            }
+                                         "compile_ms": float(np.median([r[0] for r in runs])), "masks": runs[0][2],
+                                         "mask_mean_us": float(np.median([r[1] for r in runs]))
+                                         if runs[0][1] is not None else None})
+            row = {"tokenizer": tokenizer, "engine": engine.name, "repetitions": repeats,
+                   **{key: float(np.median([r[key] for r in repetitions])) for key in repetitions[0]},
+                   "memory_mb_max": (max(memory) / 1e6) if memory else None,
+                   "rss_growth_mb": _rss_mb() - rss_before,
+                   "failures": sorted(set(failures))}
+            row["masks"] = int(row["masks"])
             results["rows"].append(row)
             print(f"{tokenizer:7s} {engine.name:14s} compile p50 {row['compile_ms_p50']:8.1f} ms  max "
                   f"{row['compile_ms_max']:8.1f} ms  mask mean {row['mask_us_mean']:7.1f} µs  p50 "
@@ -278,8 +289,9 @@ def print_table(results: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizers", default="gpt2,llama3")
+    parser.add_argument("--repeats", type=int, default=3, help="compile-and-walk repetitions; medians are reported")
     args = parser.parse_args()
-    results = run(args.tokenizers.split(","))
+    results = run(args.tokenizers.split(","), args.repeats)
     print_table(results)
     out = Path(__file__).parent / "results" / "peers.json"
     out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")

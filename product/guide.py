@@ -27,7 +27,8 @@ allowed token therefore leads to a live state: generation cannot dead-end.
 merge class forbidding nothing): the peers' behaviour, for comparison.
 
 Masks are packed 32-bit words (bit ``t % 32`` of word ``t // 32`` allows token t, the layout outlines-core,
-llguidance and xgrammar use), computed on first use and kept in a bounded LRU cache per guide.
+llguidance and xgrammar use), computed on first use by the compiled kernels of ``product.forbidden`` and kept
+in a bounded LRU cache per guide whose rows are preallocated (computing a mask allocates nothing).
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from automata import EmptyLanguageError, StateLimitError, from_regex
 from automata.dfa import concat_aranges
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
+from product.forbidden import ForbiddenSets, pack
 from product.token_regex import TokenTransitions, VocabularyTrie
 
 __all__ = ["Guide", "compile_regex", "InvalidTokenError"]
@@ -52,7 +54,7 @@ class InvalidTokenError(CanonmergeError, ValueError):
 
 _TRIES: "weakref.WeakKeyDictionary[CanonicalAutomaton, VocabularyTrie]" = weakref.WeakKeyDictionary()
 _ANY: "weakref.WeakKeyDictionary[CanonicalAutomaton, CanonicalAutomaton]" = weakref.WeakKeyDictionary()
-_FORBIDDEN: "weakref.WeakKeyDictionary[CanonicalAutomaton, _Forbidden]" = weakref.WeakKeyDictionary()
+_FORBIDDEN: "weakref.WeakKeyDictionary[CanonicalAutomaton, ForbiddenSets]" = weakref.WeakKeyDictionary()
 
 
 def vocabulary_trie(canonical: CanonicalAutomaton) -> VocabularyTrie:
@@ -97,7 +99,6 @@ class Guide:
         self.vocab_size = canonical.vocab_size
         self.num_words = (self.vocab_size + 31) // 32
         self.eos_token_ids = tuple(int(t) for t in canonical.eos_token_ids)
-        self._eos, self._no_eos = np.array(self.eos_token_ids, dtype=np.int32), np.zeros(0, dtype=np.int32)
         self._M = self._automaton.num_merge_classes
         self._explore(max_states)
         self._solve_liveness()
@@ -118,10 +119,15 @@ class Guide:
             for i, node in enumerate(pending.tolist()):
                 lo, hi = bounds[i], bounds[i + 1]
                 self._store_rows(node, *(parts[i][0][k[lo:hi]] for k in (X, Y, Z)))
-        self._edges = None  # only the rows are needed from here on
-        self._masks: OrderedDict[int, np.ndarray] = OrderedDict()
+        self._edges = self._dead_bits = None  # only the rows are needed from here on
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, not {cache_size}")
         self._cache_size = cache_size
+        self._slot_of: OrderedDict[int, int] = OrderedDict()  # cached state -> its row in the slab, LRU order
+        self._slabs: list[np.ndarray] = []
+        self._add_slab()
         self._forced: dict[int, tuple[int, ...]] = {}
+        self._mask(self.initial_state)  # the first step's mask is part of compiling (and warms the mask path)
 
     # ---- sizes --------------------------------------------------------------------------------------------
     @property
@@ -134,8 +140,8 @@ class Guide:
         """Bytes held by the compiled guide (transitions, node rows, liveness), excluding the mask cache and the
         shared canonical automaton."""
         arrays = [self._transitions.offsets, self._transitions.tokens, self._transitions.targets]
-        arrays += [a for rows in self._rows for a in rows[1:] if a is not None]
-        arrays += list(self._dead.values())
+        arrays += [a for rows in self._rows for a in rows[1:]]
+        arrays += self._slabs
         return int(sum(a.nbytes for a in arrays))
 
     # ---- queries ------------------------------------------------------------------------------------------
@@ -220,46 +226,49 @@ class Guide:
 
     # ---- masks --------------------------------------------------------------------------------------------
     def _mask(self, state: int) -> np.ndarray:
-        words = self._masks.get(state)
-        if words is not None:
-            self._masks.move_to_end(state)
-            return words
+        """The packed mask of ``state``: a row of the cache, valid until the next ``_mask`` call evicts it."""
+        slot = self._slot_of.get(state)
+        if slot is not None:
+            self._slot_of.move_to_end(state)
+            return self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
         node, mc = self._split(state)
-        words = self._compute_mask(node, mc)
-        self._masks[state] = words
-        if len(self._masks) > self._cache_size:
-            self._masks.popitem(last=False)
+        if len(self._slot_of) < self._cache_size:
+            slot = len(self._slot_of)
+            if slot // _SLAB_ROWS == len(self._slabs):
+                self._add_slab()
+        else:
+            _, slot = self._slot_of.popitem(last=False)
+        words = self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
+        self._compute_mask(node, mc, words)
+        self._slot_of[state] = slot
         return words
+
+    def _add_slab(self) -> None:
+        """Masks live in preallocated slabs of rows, so computing one allocates nothing (a fresh 16 KB array per
+        mask cost up to ~1 ms right after a large compile: the allocator reorganising its free lists)."""
+        rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
+        self._slabs.append(np.zeros((rows, self.num_words), dtype=np.uint32))
 
     def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray) -> None:
         """Keep a node's rows of token ids: X (allowed whatever the merge class), Y (allowed unless in F[mc]),
-        Z (allowed only if in F[mc]). Few tokens: token arrays, tested against F[mc] one by one; many: packed."""
+        Z (allowed only if in F[mc]). Few tokens: the token arrays, tested against F[mc] one by one. Many: packed
+        as ``XY = X | Y`` and ``D = XY ^ (X | Z)``, so that the mask is ``XY ^ (D & F[mc])``."""
         if len(Y) + len(Z) <= _SPARSE_LIMIT and len(X) <= _SPARSE_LIMIT:
             self._rows[node] = (True, X.astype(np.int32), Y.astype(np.int32), Z.astype(np.int32))
         else:
-            n = self.num_words
-            self._rows[node] = (False, _pack(X, n), _pack(Y, n), _pack(Z, n) if len(Z) else None)
+            X, n = pack(X, self.num_words), self.num_words
+            XY = X | pack(Y, n)
+            self._rows[node] = (False, XY, XY ^ (X | pack(Z, n)))
 
-    def _compute_mask(self, node: int, mc: int) -> np.ndarray:
-        sparse, X, Y, Z = self._rows[node]
-        eos = self._eos if self._final[node] else self._no_eos
-        if sparse:  # few tokens depend on the merge class: test them against F[mc] directly
-            forbids = self._automaton.forbids
-            return _pack(np.concatenate([X, Y[~forbids(mc, Y)], Z[forbids(mc, Z)], eos]), self.num_words)
-        if self._forbidden.size[mc] <= _FEW_FORBIDDEN:  # Y-or-X everywhere, then fix F's few bits
-            words = X | Y
-            for t in self._forbidden.tokens(mc).tolist():
-                w, bit = t >> 5, np.uint32(1 << (t & 31))
-                keep = (X[w] & bit) | (Z[w] & bit if Z is not None else 0)
-                words[w] = (words[w] & ~bit) | keep
+    def _compute_mask(self, node: int, mc: int, out: np.ndarray) -> None:
+        sparse, *rows = self._rows[node]
+        if sparse:
+            self._forbidden.sparse_mask(*rows, mc, out)
         else:
-            forbidden = self._forbidden.words(mc, self.num_words)
-            words = X | (Y & ~forbidden)
-            if Z is not None:
-                words |= Z & forbidden
-        for t in eos.tolist():
-            words[t >> 5] |= np.uint32(1 << (t & 31))
-        return words
+            self._forbidden.dense_mask(*rows, mc, out)
+        if self._final[node]:
+            for t in self.eos_token_ids:
+                out[t >> 5] |= np.uint32(1 << (t & 31))
 
     # ---- compilation: explore nodes, then liveness --------------------------------------------------------
     #
@@ -275,29 +284,31 @@ class Guide:
         num_open, num_ctx, V = A.num_open_contexts, A.num_contexts, A.vocab_size
         self._node_q: list[int] = []
         self._node_ctx: list[int] = []
-        self._node_of: dict[tuple[int, int], int] = {}
         self._edges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         self._successors: list[np.ndarray] = []  # distinct target nodes per node
         entry_state = np.repeat(np.arange(R.num_states, dtype=np.int64), np.diff(R.offsets))
         entry_keys = entry_state * V + R.tokens  # ascending: rows are sorted by token
+        known_keys, known_ids = np.zeros(0, np.int64), np.zeros(0, np.int64)  # node keys q * num_ctx + ctx, sorted
 
         def node_ids(qs: np.ndarray, ctxs: np.ndarray) -> np.ndarray:
+            """The node ids of (q, ctx) pairs (-1 where ctx is -1), numbering new pairs in key order."""
+            nonlocal known_keys, known_ids
             out = np.full(len(qs), -1, dtype=np.int64)
             ok = ctxs >= 0
-            keys = qs[ok].astype(np.int64) * num_ctx + ctxs[ok]
-            unique, inverse = np.unique(keys, return_inverse=True)
-            ids = np.empty(len(unique), dtype=np.int64)
-            for i, key in enumerate(unique.tolist()):
-                pair = divmod(key, num_ctx)
-                found = self._node_of.get(pair)
-                if found is None:
-                    if len(self._node_q) >= max_states:
-                        raise StateLimitError(f"constraint {self.name!r}: more than max_states={max_states} "
-                                              f"product nodes")
-                    found = self._node_of[pair] = len(self._node_q)
-                    self._node_q.append(pair[0])
-                    self._node_ctx.append(pair[1])
-                ids[i] = found
+            unique, inverse = np.unique(qs[ok].astype(np.int64) * num_ctx + ctxs[ok], return_inverse=True)
+            at = np.minimum(np.searchsorted(known_keys, unique), max(len(known_keys) - 1, 0))
+            found = known_keys[at] == unique if len(known_keys) else np.zeros(len(unique), bool)
+            ids = np.where(found, known_ids[at] if len(known_ids) else 0, -1)
+            fresh = unique[~found]
+            if len(self._node_q) + len(fresh) > max_states:
+                raise StateLimitError(f"constraint {self.name!r}: more than max_states={max_states} product nodes")
+            ids[~found] = np.arange(len(self._node_q), len(self._node_q) + len(fresh))
+            self._node_q.extend((fresh // num_ctx).tolist())
+            self._node_ctx.extend((fresh % num_ctx).tolist())
+            known_keys = np.concatenate([known_keys, fresh])
+            known_ids = np.concatenate([known_ids, ids[~found]])
+            order = np.argsort(known_keys, kind="stable")
+            known_keys, known_ids = known_keys[order], known_ids[order]
             out[ok] = ids[inverse]
             return out
 
@@ -344,6 +355,7 @@ class Guide:
                 tokens, inside, boundary, successors = rows[n]
                 self._edges.append((tokens.astype(np.int32), inside, boundary, A.after_class[tokens].astype(np.int32)))
                 self._successors.append(successors)
+        self._node_of = {pair: n for n, pair in enumerate(zip(self._node_q, self._node_ctx))}
         self._is_pending = np.array(self._node_ctx) >= num_open
         q_accepting = R.accepting[np.array(self._node_q)]
         self._final = q_accepting & A.context_final[np.array(self._node_ctx)]
@@ -355,12 +367,8 @@ class Guide:
         alive = status == _NONE_DEAD
         partial = np.flatnonzero(status == _PARTIAL)
         if len(partial):
-            if self._dead_keys is None:  # all partial dead sets as one sorted array of node * M + mc
-                self._dead_keys = np.sort(np.concatenate(
-                    [n * self._M + d.astype(np.int64) for n, d in self._dead.items()]))
-            keys = nodes[partial].astype(np.int64) * self._M + mcs[partial]
-            at = np.minimum(np.searchsorted(self._dead_keys, keys), len(self._dead_keys) - 1)
-            alive[partial] = self._dead_keys[at] != keys
+            rows, classes = self._dead_row[nodes[partial]], mcs[partial]
+            alive[partial] = (self._dead_bits[rows, classes >> 3] >> (classes & 7).astype(np.uint8)) & 1 == 0
         return alive
 
     def _row_selectors(self, inside, boundary, mcs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -401,8 +409,11 @@ class Guide:
         pending nodes in one batch), until nothing changes. Dead sets only shrink."""
         N = len(self._node_q)
         self._status = np.where(self._final, _NONE_DEAD, _ALL_DEAD).astype(np.int8)
-        self._dead: dict[int, np.ndarray] = {}  # partial nodes: their sorted dead merge classes
-        self._dead_keys = None
+        # Partial nodes' dead merge classes, one bit row each (a gather per lookup, not a search).
+        self._dead_row = np.full(N, -1, dtype=np.int64)
+        self._dead_count = np.zeros(N, dtype=np.int64)
+        self._dead_bits = np.zeros((0, (self._M + 7) // 8), dtype=np.uint8)
+        self._num_dead_rows = 0
         entering, pred_target, pred_source, pred_bounds = self._entering_and_predecessors()
         by_size = self._forbidden.classes_by_size
 
@@ -424,14 +435,11 @@ class Guide:
                 else:
                     status = _PARTIAL
                 old = self._status[n]
-                if status == old and (status != _PARTIAL or len(dead) == len(self._dead[n])):
+                if status == old and (status != _PARTIAL or len(dead) == self._dead_count[n]):
                     continue
                 self._status[n] = status
-                self._dead_keys = None
                 if status == _PARTIAL:
-                    self._dead[n] = dead
-                else:
-                    self._dead.pop(n, None)
+                    self._set_dead(n, dead)
                 changed.append(n)
             if not changed:
                 break
@@ -439,6 +447,21 @@ class Guide:
             preds = concat_aranges(pred_bounds[changed], pred_bounds[changed + 1])
             dirty = np.unique(pred_source[preds])
             dirty = dirty[~self._final[dirty]]
+
+    def _set_dead(self, node: int, dead: np.ndarray) -> None:
+        """Record the dead merge classes of a partial node in its bit row (allocated on first use)."""
+        row = int(self._dead_row[node])
+        if row < 0:
+            row = self._dead_row[node] = self._num_dead_rows
+            self._num_dead_rows += 1
+            if row == len(self._dead_bits):  # grow by doubling: rare reallocations
+                grown = np.zeros((max(16, 2 * row), self._dead_bits.shape[1]), dtype=np.uint8)
+                grown[:row] = self._dead_bits
+                self._dead_bits = grown
+        flags = np.zeros(self._dead_bits.shape[1] * 8, dtype=bool)
+        flags[dead] = True
+        self._dead_bits[row] = np.packbits(flags, bitorder="little")
+        self._dead_count[node] = len(dead)
 
     def _pending_dead(self, nodes: np.ndarray, entering: list[np.ndarray]) -> dict[int, np.ndarray]:
         """Dead merge classes of many pending nodes at once. A pending node has only inside moves (X = Z = ∅), so
@@ -481,129 +504,13 @@ class Guide:
 
 _NONE_DEAD, _ALL_DEAD, _PARTIAL = 0, 1, 2
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
-_FEW_FORBIDDEN = 32  # a forbidden set this small is applied bit by bit instead of as a packed row
-_DENSE_PACK = 8192  # more tokens than this are packed through a boolean row of the whole vocabulary
+_SLAB_ROWS = 256  # masks per preallocated slab (4 MB at a 128k vocabulary)
 
 
-def _pack(tokens: np.ndarray, num_words: int) -> np.ndarray:
-    """uint32[num_words] with the bits of ``tokens`` (distinct ids) set."""
-    if len(tokens) > _DENSE_PACK:
-        flags = np.zeros(num_words * 32, dtype=bool)
-        flags[tokens] = True
-        return np.packbits(flags, bitorder="little").view(np.uint32).copy()
-    # Distinct bits of a word add up to their OR, exactly even in float64 (bincount's weights).
-    tokens = np.asarray(tokens, dtype=np.int64)
-    return np.bincount(tokens >> 5, weights=np.left_shift(1, tokens & 31), minlength=num_words).astype(np.uint32)
-
-
-class _Forbidden:
-    """Queries on one automaton's forbidden sets F[mc] (stored as intervals of a token permutation)."""
-
-    def __init__(self, automaton: CanonicalAutomaton, cache_size: int = 8192):
-        self.a = automaton
-        M = automaton.num_merge_classes
-        counts = np.diff(automaton.forbid_offsets)
-        self.interval_class = np.repeat(np.arange(M), counts)
-        self.size = np.bincount(self.interval_class, weights=automaton.forbid_ends - automaton.forbid_starts,
-                                minlength=M)
-        self._by_size = np.argsort(-self.size, kind="stable")
-        self._sorted_sizes = -self.size[self._by_size]
-        # class-major search keys: interval i of class c starts at keys[i] - c * (V + 1); ascending
-        self.keys = self.interval_class.astype(np.int64) * (automaton.vocab_size + 1) + automaton.forbid_starts
-        self._words: OrderedDict[int, np.ndarray] = OrderedDict()
-        self._cache_size = cache_size
-
-    def tokens(self, mc: int) -> np.ndarray:
-        """The token ids of F[mc]."""
-        a = self.a
-        lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
-        if hi - lo > 8:  # many intervals: one vectorised gather
-            return a.forbid_order[concat_aranges(a.forbid_starts[lo:hi], a.forbid_ends[lo:hi])]
-        return np.concatenate([a.forbid_order[s:e] for s, e in zip(a.forbid_starts[lo:hi].tolist(),
-                                                                     a.forbid_ends[lo:hi].tolist())] or [np.zeros(0, np.int32)])
-
-    def words(self, mc: int, num_words: int) -> np.ndarray:
-        """F[mc] as packed words, cached (LRU). A set over half the vocabulary is packed through its
-        complement (the gaps between its intervals), so no miss scatters more than V / 2 bits."""
-        words = self._words.get(mc)
-        if words is None:
-            a = self.a
-            if self.size[mc] * 2 > a.vocab_size:
-                lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
-                gaps = concat_aranges(np.r_[0, a.forbid_ends[lo:hi]], np.r_[a.forbid_starts[lo:hi], a.vocab_size])
-                words = ~_pack(a.forbid_order[gaps], num_words)
-                words[-1] &= np.uint32((1 << (a.vocab_size - 32 * (num_words - 1))) - 1)  # no bits past V
-            else:
-                words = _pack(self.tokens(mc), num_words)
-            self._words[mc] = words
-            if len(self._words) > self._cache_size:
-                self._words.popitem(last=False)
-        else:
-            self._words.move_to_end(mc)
-        return words
-
-    def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
-        """The merge classes mc among ``classes`` (ascending) with Y ⊆ F[mc] and Z ∩ F[mc] = ∅."""
-        candidates = classes[self.size[classes] >= len(Y)]
-        if len(Y) and len(candidates):
-            candidates = candidates[self._hits(candidates, Y) == len(Y)]
-        if len(Z) and len(candidates):
-            candidates = candidates[self._hits(candidates, Z, stop_at_first=True) == 0]
-        return candidates
-
-    def classes_by_size(self, at_least: int) -> np.ndarray:
-        """The merge classes whose forbidden set has at least ``at_least`` tokens, ascending."""
-        return np.sort(self._by_size[: np.searchsorted(self._sorted_sizes, -at_least, side="right")])
-
-    def member(self, classes: np.ndarray, positions) -> np.ndarray:
-        """Whether F[c] holds the token at permutation position p, for each (c, p) (broadcast)."""
-        a = self.a
-        i = np.searchsorted(self.keys, classes.astype(np.int64) * (a.vocab_size + 1) + positions, side="right") - 1
-        i = np.maximum(i, 0)
-        return (self.interval_class[i] == classes) & (a.forbid_starts[i] <= positions) & (a.forbid_ends[i] > positions)
-
-    def _hits(self, classes: np.ndarray, tokens: np.ndarray, stop_at_first: bool = False) -> np.ndarray:
-        """For each class, how many of ``tokens`` (distinct) it forbids (with ``stop_at_first``: 0 or not).
-
-        Two strategies, by estimated cost: probe each token in each class (binary search on the class-major
-        interval keys: |classes| x |tokens| x log(intervals)), or scan the classes' intervals once against the
-        sorted token positions (their interval count x log|tokens|). Small token sets meet many classes, large
-        ones few, so each case gets the cheap one."""
-        a = self.a
-        positions = a.forbid_position[tokens].astype(np.int64)
-        num_intervals = int((a.forbid_offsets[classes + 1] - a.forbid_offsets[classes]).sum())
-        if len(classes) * len(tokens) * 20 < num_intervals * 4:
-            # probe: Y ⊆ F keeps the classes holding every token so far; Z ∩ F drops them at their first hit
-            hits = np.zeros(len(classes), dtype=np.int64)
-            undecided = np.arange(len(classes))
-            for p in positions.tolist():
-                inside = self.member(classes[undecided], p)
-                if stop_at_first:
-                    hits[undecided[inside]] = 1
-                    undecided = undecided[~inside]
-                else:
-                    hits[undecided[~inside]] = -1
-                    undecided = undecided[inside]
-                if not len(undecided):
-                    break
-            if not stop_at_first:
-                hits[undecided] = len(tokens)
-            return hits
-        if len(classes) == a.num_merge_classes:
-            intervals = slice(None)
-        else:
-            intervals = concat_aranges(a.forbid_offsets[classes], a.forbid_offsets[classes + 1])
-        positions = np.sort(positions)
-        inside = (np.searchsorted(positions, a.forbid_ends[intervals])
-                  - np.searchsorted(positions, a.forbid_starts[intervals]))
-        per_class = np.bincount(self.interval_class[intervals], weights=inside, minlength=a.num_merge_classes)
-        return per_class[classes].astype(np.int64)
-
-
-def _forbidden_index(automaton: CanonicalAutomaton) -> _Forbidden:
+def _forbidden_index(automaton: CanonicalAutomaton) -> ForbiddenSets:
     index = _FORBIDDEN.get(automaton)
     if index is None:
-        index = _FORBIDDEN[automaton] = _Forbidden(automaton)
+        index = _FORBIDDEN[automaton] = ForbiddenSets(automaton)
     return index
 
 

@@ -193,6 +193,48 @@ def test_fill_bitmask_and_forced_tokens_agree_with_allowed():
     assert guide.forced_tokens(states[-1]) == ()  # accepting: EOS is a choice
 
 
+def test_a_small_mask_cache_evicts_and_recomputes_the_same_masks():
+    """Masks live in reused cache rows; evicting and recomputing them (cache of 2 masks) changes nothing."""
+    automaton, pattern = automaton_of("gpt2"), r"[a-z]{1,6}( [a-z]{1,6}){0,4}\."
+    small, large = compile_regex(pattern, automaton, cache_size=2), compile_regex(pattern, automaton)
+    rng = np.random.default_rng(0)
+    visited = []
+    for _ in range(10):
+        state = large.initial_state
+        while True:
+            visited.append(state)
+            allowed = large.allowed(state)
+            assert np.array_equal(small.allowed(state), allowed)
+            tokens = np.flatnonzero(allowed)
+            token = int(rng.choice(tokens))
+            if token in large.eos_token_ids:
+                break
+            assert small.advance(state, token) == (state := large.advance(state, token))
+    out = np.zeros((len(visited), small.num_words), dtype=np.int32)
+    small.fill_bitmask(visited, out)  # a batch far larger than the cache
+    expected = np.zeros_like(out)
+    large.fill_bitmask(visited, expected)
+    assert np.array_equal(out, expected)
+    with pytest.raises(ValueError):
+        compile_regex(pattern, automaton, cache_size=0)
+
+
+@pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)"])
+def test_token_transitions_grouped_by_byte_class_equal_the_byte_walk(pattern, monkeypatch):
+    """Large DFAs walk tokens grouped by byte-class sequence, small ones the byte trie: both give the same rows."""
+    from product import token_regex
+    from product.guide import vocabulary_trie
+
+    trie, dfa = vocabulary_trie(automaton_of("gpt2")), from_regex(pattern)
+    built = {}
+    for name, threshold in (("grouped", 0), ("plain", 10**9)):
+        monkeypatch.setattr(token_regex, "_GROUPING_MIN_EDGES", threshold)
+        built[name] = token_regex.TokenTransitions.build(dfa, trie)
+    assert len(built["plain"].tokens) > 0
+    for field in ("offsets", "tokens", "targets"):
+        assert np.array_equal(getattr(built["grouped"], field), getattr(built["plain"], field)), field
+
+
 def test_bad_input_gets_typed_errors():
     ca = automaton_of("gpt2")
     with pytest.raises(RegexError):
@@ -216,18 +258,36 @@ def test_bad_input_gets_typed_errors():
         guide.allowed(-1)
 
 
-def test_packed_forbidden_rows_equal_the_automaton_sets():
-    """Masks read F[mc] as packed words: through token lists, or through the complement for sets over half
-    the vocabulary (Llama-3 has 32 such classes, among them the whole-piece class that forbids everything)."""
+def test_forbidden_sets_in_masks_equal_the_automaton_sets():
+    """Masks read F[mc] through the compiled kernels: packed once for the largest classes (Llama-3 has classes
+    forbidding most of the vocabulary, among them the whole-piece class that forbids everything), walked
+    interval by interval for the others, or tested token by token for short rows."""
+    from product.forbidden import DENSE_MIN, pack
     from product.guide import _forbidden_index
 
     automaton = automaton_of("llama3")
     index = _forbidden_index(automaton)
-    num_words = (automaton.vocab_size + 31) // 32
-    large = np.flatnonzero(index.size * 2 > automaton.vocab_size)
-    assert len(large) >= 2
-    for mc in large.tolist() + [0, 1, int(np.argmax(index.size * 2 <= automaton.vocab_size) + 7)]:
-        words = index.words(mc, num_words)
+    V, num_words = automaton.vocab_size, index.num_words
+    rng = np.random.default_rng(0)
+    X, Y, Z = np.zeros(V, bool), np.zeros(V, bool), np.zeros(V, bool)
+    parts = rng.integers(0, 4, V)  # a token is in X, Y, Z or none of them
+    X[parts == 0], Y[parts == 1], Z[parts == 2] = True, True, True
+    XY = pack(np.flatnonzero(X | Y), num_words)
+    D = XY ^ pack(np.flatnonzero(X | Z), num_words)
+    packed = np.flatnonzero(index.dense_row >= 0)
+    walked = np.flatnonzero((index.dense_row < 0) & (index.size > 0))
+    assert index.size[packed].min() >= DENSE_MIN > index.size[walked].max()
+    assert index.size.max() == V  # the whole-piece class
+    few = rng.choice(V, 300, replace=False)
+    for mc in packed[:3].tolist() + packed[-3:].tolist() + walked[:3].tolist() + walked[-3:].tolist() + [0]:
+        F = automaton.forbidden(mc)
+        expected = X | (Y & ~F) | (Z & F)
+        words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)  # masks overwrite what the buffer held
+        index.dense_mask(XY, D, mc, words)
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")
-        assert not bits[automaton.vocab_size:].any()
-        assert (bits[: automaton.vocab_size].astype(bool) == automaton.forbidden(mc)).all(), mc
+        assert not bits[V:].any()
+        assert (bits[:V].astype(bool) == expected).all(), mc
+        x, y, z = (few[parts[few] == k].astype(np.int32) for k in (0, 1, 2))
+        index.sparse_mask(x, y, z, mc, words)
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
+        assert np.array_equal(np.flatnonzero(bits), np.sort(few[expected[few]])), mc

@@ -139,6 +139,18 @@ def test_empty_language_raises():
         from_regex(r"z+", Alphabet.of_chars("ab"))
 
 
+@pytest.mark.parametrize("pattern", PATTERNS)
+def test_uniform_utf8_template_builds_the_same_dfa(pattern, monkeypatch):
+    """Patterns naming only ASCII characters reuse one relabelled UTF-8 trie; the DFA is the one a fresh trie gives."""
+    import automata.regex as regex
+
+    fast = from_regex(pattern)
+    monkeypatch.setattr(regex, "_utf8_trie", regex._build_utf8_trie)
+    fresh = from_regex(pattern)
+    assert fast.start == fresh.start
+    assert np.array_equal(fast.transitions, fresh.transitions) and np.array_equal(fast.accepting, fresh.accepting)
+
+
 def test_state_limit_is_enforced_before_building():
     with pytest.raises(StateLimitError, match="max_states"):
         from_regex(r"[a-z]{50}", max_states=20)

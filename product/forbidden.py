@@ -1,0 +1,208 @@
+"""The forbidden sets F[mc] of one canonical automaton, in the forms a guide's masks and liveness need.
+
+``bpe.automaton`` stores F[mc] as intervals of a token permutation (``forbid_order``): compact (Llama-3's
+116 M (class, token) entries are 1.2 M intervals), but a mask needs F[mc] as bits over token *ids*, and turning
+intervals of the permutation into scattered bits is the whole cost of a mask the first time a state is seen.
+Measured on Llama-3 (128k vocabulary, one core; ``bench/peers.py``):
+
+- numpy (expand the intervals, gather the ids, scatter into a boolean row, ``packbits``) took ~110 µs for a
+  10k-token class and ~350 µs for the largest ones; every step is a separate pass with its own temporaries.
+- A compiled loop (numba) that walks the intervals and flips each forbidden token's bit of the node's row in
+  place costs ~2.5 ns a token with no temporaries: 25 µs at 10k tokens.
+- Classes forbidding at least ``DENSE_MIN`` tokens are packed once per automaton (Llama-3: 3,280 of 36,465
+  classes, 53 MB; GPT-2: 2 classes), so no mask ever walks more than ``DENSE_MIN`` tokens: a mask over a
+  packed class is two word-wise operations.
+
+A mask is ``XY ^ (D & F[mc])`` (``product.guide`` explains X, Y, Z; ``XY = X | Y``, ``D = XY ^ (X | Z)``): the
+tokens of F[mc] take their bit from ``X | Z`` instead of ``X | Y``.
+
+Leaves out: which tokens a node allows (``product.guide``); the interval representation itself
+(``bpe.automaton``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from automata.dfa import concat_aranges
+from bpe.automaton import CanonicalAutomaton
+
+__all__ = ["ForbiddenSets", "pack"]
+
+DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
+DENSE_BUDGET_BYTES = 256 << 20  # ... unless that exceeds this; then only the largest classes that fit
+
+_KERNEL = dict(cache=True, nogil=True, boundscheck=False)
+
+
+@njit("void(uint32[::1], int32[::1])", **_KERNEL)
+def _set_bits(words, tokens):
+    for t in tokens:
+        words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@njit("void(uint32[::1], uint32[::1], int32[::1], int32[::1], int32[::1], int64, int64)", **_KERNEL)
+def _flip_forbidden(words, flips, order, starts, ends, lo, hi):
+    """For every token t of intervals ``lo:hi`` (ids ``order[starts[i]:ends[i]]``): words ^= flips at bit t."""
+    for i in range(lo, hi):
+        for p in range(starts[i], ends[i]):
+            t = order[p]
+            w = t >> 5
+            words[w] ^= flips[w] & (np.uint32(1) << np.uint32(t & 31))
+
+
+@njit("boolean(int64, int32[::1], int32[::1], int64, int64)", **_KERNEL)
+def _is_member(position, starts, ends, lo, hi):
+    """Whether permutation position ``position`` lies in one of the intervals ``lo:hi`` (sorted, disjoint)."""
+    first = lo
+    while lo < hi:  # lo becomes the first interval starting after position
+        mid = (lo + hi) >> 1
+        if starts[mid] <= position:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo > first and position < ends[lo - 1]
+
+
+@njit("void(uint32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int64, int64)",
+      **_KERNEL)
+def _sparse_mask(words, X, Y, Z, position, starts, ends, lo, hi):
+    """words |= X | (Y - F) | (Z & F), with F the intervals ``lo:hi``, testing each token of Y and Z."""
+    for t in X:
+        words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    for t in Y:
+        if not (hi > lo and _is_member(position[t], starts, ends, lo, hi)):
+            words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    for t in Z:
+        if hi > lo and _is_member(position[t], starts, ends, lo, hi):
+            words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+def pack(tokens: np.ndarray, num_words: int) -> np.ndarray:
+    """uint32[num_words] with the bits of ``tokens`` set (bit ``t % 32`` of word ``t // 32``)."""
+    words = np.zeros(num_words, dtype=np.uint32)
+    _set_bits(words, np.ascontiguousarray(tokens, dtype=np.int32))
+    return words
+
+
+class ForbiddenSets:
+    """Queries on one automaton's forbidden sets F[mc]: masks (packed words) and liveness (set relations).
+
+    Invariant: ``dense_row[mc] >= 0`` iff F[mc] is packed in ``dense[dense_row[mc]]``; those are the classes
+    with the most tokens, each at least ``DENSE_MIN``.
+    """
+
+    def __init__(self, automaton: CanonicalAutomaton):
+        self.a = automaton
+        M, V = automaton.num_merge_classes, automaton.vocab_size
+        self.num_words = (V + 31) // 32
+        counts = np.diff(automaton.forbid_offsets)
+        self.interval_class = np.repeat(np.arange(M), counts)
+        self.size = np.bincount(self.interval_class, weights=automaton.forbid_ends - automaton.forbid_starts,
+                                minlength=M).astype(np.int64)
+        self._by_size = np.argsort(-self.size, kind="stable")
+        self._sorted_sizes = -self.size[self._by_size]
+        # class-major search keys: interval i of class c starts at keys[i] - c * (V + 1); ascending
+        self.keys = self.interval_class.astype(np.int64) * (V + 1) + automaton.forbid_starts
+
+        most = DENSE_BUDGET_BYTES // (4 * self.num_words)
+        dense = self._by_size[: min(int(np.searchsorted(self._sorted_sizes, -DENSE_MIN, side="right")), most)]
+        self.dense_row = np.full(M, -1, dtype=np.int64)
+        self.dense_row[dense] = np.arange(len(dense))
+        self.dense = np.zeros((len(dense), self.num_words), dtype=np.uint32)
+        everything = np.full(self.num_words, np.uint32(0xFFFFFFFF))
+        for row, mc in enumerate(dense.tolist()):
+            self._flip(self.dense[row], everything, mc)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the packed classes (shared by every guide over this automaton)."""
+        return int(self.dense.nbytes)
+
+    def _flip(self, words: np.ndarray, flips: np.ndarray, mc: int) -> None:
+        a = self.a
+        _flip_forbidden(words, flips, a.forbid_order, a.forbid_starts, a.forbid_ends,
+                        int(a.forbid_offsets[mc]), int(a.forbid_offsets[mc + 1]))
+
+    # ---- masks --------------------------------------------------------------------------------------------
+    def dense_mask(self, XY: np.ndarray, D: np.ndarray, mc: int, out: np.ndarray) -> None:
+        """out = ``XY ^ (D & F[mc])``."""
+        row = self.dense_row[mc]
+        if row >= 0:
+            np.bitwise_and(D, self.dense[row], out=out)
+            np.bitwise_xor(out, XY, out=out)
+        else:
+            out[:] = XY
+            self._flip(out, D, mc)
+
+    def sparse_mask(self, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, mc: int, out: np.ndarray) -> None:
+        """out = ``X | (Y - F[mc]) | (Z & F[mc])`` packed, for short int32 token arrays."""
+        a = self.a
+        out[:] = 0
+        _sparse_mask(out, X, Y, Z, a.forbid_position, a.forbid_starts, a.forbid_ends,
+                     int(a.forbid_offsets[mc]), int(a.forbid_offsets[mc + 1]))
+
+    # ---- liveness -----------------------------------------------------------------------------------------
+    def tokens(self, mc: int) -> np.ndarray:
+        """The token ids of F[mc]."""
+        a = self.a
+        lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
+        return a.forbid_order[concat_aranges(a.forbid_starts[lo:hi], a.forbid_ends[lo:hi])]
+
+    def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
+        """The merge classes mc among ``classes`` (ascending) with Y ⊆ F[mc] and Z ∩ F[mc] = ∅."""
+        candidates = classes[self.size[classes] >= len(Y)]
+        if len(Y) and len(candidates):
+            candidates = candidates[self._hits(candidates, Y) == len(Y)]
+        if len(Z) and len(candidates):
+            candidates = candidates[self._hits(candidates, Z, stop_at_first=True) == 0]
+        return candidates
+
+    def classes_by_size(self, at_least: int) -> np.ndarray:
+        """The merge classes whose forbidden set has at least ``at_least`` tokens, ascending."""
+        return np.sort(self._by_size[: np.searchsorted(self._sorted_sizes, -at_least, side="right")])
+
+    def member(self, classes: np.ndarray, positions) -> np.ndarray:
+        """Whether F[c] holds the token at permutation position p, for each (c, p) (broadcast)."""
+        a = self.a
+        i = np.searchsorted(self.keys, classes.astype(np.int64) * (a.vocab_size + 1) + positions, side="right") - 1
+        i = np.maximum(i, 0)
+        return (self.interval_class[i] == classes) & (a.forbid_starts[i] <= positions) & (a.forbid_ends[i] > positions)
+
+    def _hits(self, classes: np.ndarray, tokens: np.ndarray, stop_at_first: bool = False) -> np.ndarray:
+        """For each class, how many of ``tokens`` (distinct) it forbids (with ``stop_at_first``: 0 or not).
+
+        Two strategies, by estimated cost: probe each token in each class (binary search on the class-major
+        interval keys: |classes| x |tokens| x log(intervals)), or scan the classes' intervals once against the
+        sorted token positions (their interval count x log|tokens|). Small token sets meet many classes, large
+        ones few, so each case gets the cheap one."""
+        a = self.a
+        positions = a.forbid_position[tokens].astype(np.int64)
+        num_intervals = int((a.forbid_offsets[classes + 1] - a.forbid_offsets[classes]).sum())
+        if len(classes) * len(tokens) * 20 < num_intervals * 4:
+            # probe: Y ⊆ F keeps the classes holding every token so far; Z ∩ F drops them at their first hit
+            hits = np.zeros(len(classes), dtype=np.int64)
+            undecided = np.arange(len(classes))
+            for p in positions.tolist():
+                inside = self.member(classes[undecided], p)
+                if stop_at_first:
+                    hits[undecided[inside]] = 1
+                    undecided = undecided[~inside]
+                else:
+                    hits[undecided[~inside]] = -1
+                    undecided = undecided[inside]
+                if not len(undecided):
+                    break
+            if not stop_at_first:
+                hits[undecided] = len(tokens)
+            return hits
+        if len(classes) == a.num_merge_classes:
+            intervals = slice(None)
+        else:
+            intervals = concat_aranges(a.forbid_offsets[classes], a.forbid_offsets[classes + 1])
+        positions = np.sort(positions)
+        inside = (np.searchsorted(positions, a.forbid_ends[intervals])
+                  - np.searchsorted(positions, a.forbid_starts[intervals]))
+        per_class = np.bincount(self.interval_class[intervals], weights=inside, minlength=a.num_merge_classes)
+        return per_class[classes].astype(np.int64)
