@@ -210,14 +210,18 @@ class DFA:
         return out._bfs_renumbered()
 
     def _bfs_renumbered(self) -> "DFA":
+        """States renumbered in breadth-first order from the start, successors in symbol order."""
         order = [self.start]
-        index = {self.start: 0}
-        for s in order:
-            for nxt in self.transitions[s]:
-                n = int(nxt)
-                if n != MISSING and n not in index:
-                    index[n] = len(order)
-                    order.append(n)
+        seen = np.zeros(self.num_states, dtype=bool)
+        seen[self.start] = True
+        for s in order:  # one numpy pass per state: its successors, first occurrences in symbol order
+            row = self.transitions[s]
+            row = row[row != MISSING]
+            _, first = np.unique(row, return_index=True)
+            successors = row[np.sort(first)]
+            successors = successors[~seen[successors]]
+            seen[successors] = True
+            order.extend(successors.tolist())
         perm = np.array(order)
         new_id = np.full(self.num_states + 1, MISSING, dtype=np.int32)
         new_id[perm] = np.arange(len(perm), dtype=np.int32)

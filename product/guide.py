@@ -314,47 +314,47 @@ class Guide:
 
         node_ids(np.array([R.start]), np.array([0]))
         done = 0
-        while done < len(self._node_q):
-            frontier = range(done, len(self._node_q))
+        while done < len(self._node_q):  # one breadth-first layer per pass
+            frontier = np.arange(done, len(self._node_q))
             done = len(self._node_q)
-            pending = [n for n in frontier if self._node_ctx[n] >= num_open]
-            rows: dict[int, tuple] = {}
-            for n in frontier:
-                if self._node_ctx[n] < num_open:
-                    q, ctx = self._node_q[n], self._node_ctx[n]
-                    tokens, targets = R.row(q)
-                    inside = A.inside_next[ctx, tokens].astype(np.int64)
-                    boundary = A.boundary_next[ctx, tokens].astype(np.int64)
-                    keep = (inside >= 0) | (boundary >= 0)
-                    tokens, targets, inside, boundary = tokens[keep], targets[keep], inside[keep], boundary[keep]
-                    inside, boundary = node_ids(targets, inside), node_ids(targets, boundary)
-                    successors = np.unique(np.concatenate([inside, boundary]))
-                    rows[n] = (tokens, inside, boundary, successors[successors >= 0])
-            if pending:  # all pending rows at once: completing tokens of the context that the regex also allows
-                nodes = np.array(pending)
-                row = np.array([self._node_ctx[n] for n in pending]) - num_open
+            self._edges += [None] * len(frontier)
+            self._successors += [None] * len(frontier)
+            qs = np.array(self._node_q[frontier[0]:], dtype=np.int64)
+            ctxs = np.array(self._node_ctx[frontier[0]:], dtype=np.int64)
+            is_open = ctxs < num_open
+            # Open nodes one by one: few, with long rows (one batch would sort millions of entries at once).
+            for n, q, ctx in zip(frontier[is_open].tolist(), qs[is_open].tolist(), ctxs[is_open].tolist()):
+                tokens, targets = R.row(q)  # the regex row of q, kept where the context allows the token at all
+                inside = A.inside_next[ctx, tokens].astype(np.int64)
+                boundary = A.boundary_next[ctx, tokens].astype(np.int64)
+                keep = (inside >= 0) | (boundary >= 0)
+                tokens, targets, inside, boundary = tokens[keep], targets[keep], inside[keep], boundary[keep]
+                inside, boundary = node_ids(targets, inside), node_ids(targets, boundary)
+                successors = np.unique(np.concatenate([inside, boundary]))
+                self._edges[n] = (tokens.astype(np.int32), inside, boundary, A.after_class[tokens].astype(np.int32))
+                self._successors[n] = successors[successors >= 0]
+            # Pending nodes at once: many, with short rows.
+            if not is_open.all():  # completing tokens of the unfinished character that the regex also allows
+                pending, q, row = frontier[~is_open], qs[~is_open], ctxs[~is_open] - num_open
                 lo, hi = A.pending_offsets[row], A.pending_offsets[row + 1]
                 entries = concat_aranges(lo, hi)
-                owner = np.repeat(np.arange(len(nodes)), hi - lo)
-                qs = np.array([self._node_q[n] for n in pending], dtype=np.int64)[owner]
-                keys = qs * V + A.pending_tokens[entries]
+                owner = np.repeat(np.arange(len(pending)), hi - lo)
+                keys = q[owner] * V + A.pending_tokens[entries]
                 at = np.minimum(np.searchsorted(entry_keys, keys), max(len(entry_keys) - 1, 0))
                 hit = entry_keys[at] == keys if len(entry_keys) else np.zeros(len(keys), bool)
                 entries, owner, at = entries[hit], owner[hit], at[hit]
-                inside_all = node_ids(R.targets[at], A.pending_next[entries].astype(np.int64))
-                tokens_all = A.pending_tokens[entries]
-                bounds = np.searchsorted(owner, np.arange(len(nodes) + 1))
-                links = np.unique(owner * (max_states + 1) + inside_all)  # distinct (pending node, target) pairs
-                link_owner, link_target = np.divmod(links, max_states + 1)
-                link_bounds = np.searchsorted(link_owner, np.arange(len(nodes) + 1))
-                for i, n in enumerate(pending):
+                inside = node_ids(R.targets[at], A.pending_next[entries].astype(np.int64))
+                tokens = A.pending_tokens[entries]
+                mcs, tokens = A.after_class[tokens].astype(np.int32), tokens.astype(np.int32)
+                boundary = np.full(len(inside), -1, np.int64)  # only inside moves complete a character
+                bounds = np.searchsorted(owner, np.arange(len(pending) + 1))
+                links = np.unique(owner * (max_states + 1) + inside)
+                link_owner, link_target = np.divmod(links, max_states + 1)  # distinct (node, target) pairs
+                link_bounds = np.searchsorted(link_owner, np.arange(len(pending) + 1))
+                for i, n in enumerate(pending.tolist()):
                     sl = slice(bounds[i], bounds[i + 1])
-                    rows[n] = (tokens_all[sl], inside_all[sl], np.full(bounds[i + 1] - bounds[i], -1, np.int64),
-                               link_target[link_bounds[i]:link_bounds[i + 1]])
-            for n in frontier:
-                tokens, inside, boundary, successors = rows[n]
-                self._edges.append((tokens.astype(np.int32), inside, boundary, A.after_class[tokens].astype(np.int32)))
-                self._successors.append(successors)
+                    self._edges[n] = (tokens[sl], inside[sl], boundary[sl], mcs[sl])
+                    self._successors[n] = link_target[link_bounds[i]:link_bounds[i + 1]]
         self._node_of = {pair: n for n, pair in enumerate(zip(self._node_q, self._node_ctx))}
         self._is_pending = np.array(self._node_ctx) >= num_open
         q_accepting = R.accepting[np.array(self._node_q)]
@@ -386,16 +386,20 @@ class Guide:
         N, M = len(self._node_q), self._M
         width = np.array([len(e[0]) for e in self._edges])
         narrow = width <= self._WIDE_ROW
-        parts_target, parts_class = [np.array([self._node_of[(self._transitions.start, 0)]])], \
-            [np.array([self._automaton.start_class % M])]
-        for tokens, inside, boundary, mcs in self._edges:
-            for target in (inside, boundary):
-                keep = target >= 0
-                keep[keep] = narrow[target[keep]]
-                if keep.any():
-                    parts_target.append(target[keep])
-                    parts_class.append(mcs[keep])
-        pairs = np.unique(np.concatenate(parts_target) * M + np.concatenate(parts_class))
+        # (target, class) of every edge: open nodes one by one (few, long rows), pending nodes at once (many,
+        # short rows of inside moves only)
+        parts = [(np.array([self._node_of[(self._transitions.start, 0)]]), np.array([self._automaton.start_class % M]))]
+        parts += [(target, mcs) for n in np.flatnonzero(~self._is_pending).tolist()
+                  for target, mcs in ((self._edges[n][1], self._edges[n][3]), (self._edges[n][2], self._edges[n][3]))]
+        pending = [self._edges[n] for n in np.flatnonzero(self._is_pending).tolist()]
+        if pending:
+            parts.append((np.concatenate([e[1] for e in pending]), np.concatenate([e[3] for e in pending])))
+        keys = []
+        for target, mcs in parts:
+            keep = target >= 0
+            keep[keep] = narrow[target[keep]]
+            keys.append(target[keep] * M + mcs[keep])
+        pairs = np.unique(np.concatenate(keys))
         node, cls = np.divmod(pairs, M)
         bounds = np.searchsorted(node, np.arange(N + 1))
         entering = [cls[bounds[n]:bounds[n + 1]] if narrow[n] else None for n in range(N)]
