@@ -9,6 +9,8 @@ character the pattern never names). We expand those classes onto the target alph
   are laid out as a byte trie whose identical subtrees are shared (bottom-up hashing with ``np.unique``).
   Each character state of the interegular DFA gets a copy of the trie's interior nodes, their leaves
   pointing at the class targets of that state. Trim and minimise then remove what is unused or duplicated.
+  A pattern that reads no non-ASCII character needs no trie at all; one that reads them all alike reuses a
+  trie built once.
 
 Semantics are those of ``re.fullmatch``. Not supported (``RegexError``): backreferences, lookbehind, Unicode
 property classes (``\\p{..}``). ``\\d``, ``\\w`` and ``\\s`` follow interegular's definitions (ASCII
@@ -71,10 +73,10 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
         code_point_class[0xD800:0xE000] = num_classes  # surrogates have no UTF-8 encoding
         dfa = _utf8_dfa(class_target, accepting, index[fsm.initial], code_point_class, num_classes, max_states)
 
-    dfa = dfa.trim()
-    if dfa.is_empty():
+    dfa = dfa.minimise() if minimise else dfa.trim()  # both trim: an empty language keeps no accepting state
+    if not dfa.accepting.any():
         raise EmptyLanguageError(f"regex {pattern!r} matches no string over the {alphabet.kind} alphabet")
-    return dfa.minimise() if minimise else dfa
+    return dfa
 
 
 def _utf8_trie(code_point_class: np.ndarray, dead_class: int) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -161,9 +163,20 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(uniq), inverse
 
 
+def _reads_only_ascii(class_target: np.ndarray, code_point_class: np.ndarray) -> bool:
+    """Whether no state has an edge on any non-ASCII character (most patterns: ~10 ms saved per compile)."""
+    c = code_point_class[0x80]
+    return bool((class_target[:, c] == MISSING).all() and (code_point_class[0x80:0xD800] == c).all()
+                and (code_point_class[0xE000:] == c).all())
+
+
 def _utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, code_point_class: np.ndarray,
               dead_class: int, max_states: int) -> DFA:
     """Expand a character-class DFA into a byte DFA (see the module docstring)."""
+    if _reads_only_ascii(class_target, code_point_class):  # no trie needed: multi-byte leads go nowhere
+        table = np.full((class_target.shape[0], 256), MISSING, dtype=np.int32)
+        table[:, :0x80] = class_target[:, code_point_class[:0x80]]
+        return DFA(table, accepting.copy(), start, Alphabet.bytes())
     K = 1 << 32
     root, levels = _utf8_trie(code_point_class, dead_class)
     num_char_states = class_target.shape[0]

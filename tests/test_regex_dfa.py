@@ -140,11 +140,13 @@ def test_empty_language_raises():
 
 
 @pytest.mark.parametrize("pattern", PATTERNS)
-def test_uniform_utf8_template_builds_the_same_dfa(pattern, monkeypatch):
-    """Patterns naming only ASCII characters reuse one relabelled UTF-8 trie; the DFA is the one a fresh trie gives."""
+def test_utf8_shortcuts_build_the_same_dfa(pattern, monkeypatch):
+    """Patterns that read no non-ASCII character skip the UTF-8 trie; those that read them all alike reuse one
+    relabelled trie. Either way the DFA is the one the full expansion with a fresh trie gives."""
     import automata.regex as regex
 
     fast = from_regex(pattern)
+    monkeypatch.setattr(regex, "_reads_only_ascii", lambda *_: False)
     monkeypatch.setattr(regex, "_utf8_trie", regex._build_utf8_trie)
     fresh = from_regex(pattern)
     assert fast.start == fresh.start
