@@ -14,11 +14,16 @@ with an incoming ``a`` and an outgoing ``b``:
   that are unreachable or cannot reach acceptance. This is the appendix's version, not the notebook's,
   whose parity seeding drops canonical tokenizations (e.g. ``a+ba*`` with merge (a, a)).
 
-It is exact for a merge table alone whose merges fire in rank order (GPT-2, SentencePiece-style lists): it
-knows nothing of pre-tokenizer boundaries or byte fallback, and its output can be much larger than its input
-(that is what CartesianMerge avoids). Use it as the reference on small languages. Lists converted from
-tiktoken ranks (Llama-3) fire some merges after higher-ranked ones (``bpe.canonical`` explains the clock
-that orders them); applying those in rank order is not exact, and this module does not re-order them.
+Merges are applied in the order the runtime fires them, which is rank order except for lists converted from
+tiktoken ranks (Llama-3): there a merge can wait for an operand that is built by a higher-ranked merge. Each
+pair fires, wherever it occurs, at the clock ``max(rank, completed_at[a], completed_at[b])`` (the largest
+rank applied when both operands exist: ``bpe.canonical`` derives it), so merges are applied sorted by that
+clock; merges sharing a clock go after the merges that build their operands at that clock, then by rank
+(the runtime takes the lowest-ranked pair present).
+
+It is exact for a merge table alone: it knows nothing of pre-tokenizer boundaries, byte fallback or
+``ignore_merges``, and its output can be much larger than its input (that is what CartesianMerge avoids). Use
+it as the reference on small languages of single pre-tokens.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from collections import defaultdict
 import numpy as np
 
 from automata import DFA, MISSING, Alphabet
+from bpe.canonical import _derivations, _pair_ranks
 from bpe.errors import TokenizerError
 from bpe.model import Tokenizer
 
@@ -173,6 +179,42 @@ def _base_token_of_symbol(dfa: DFA, tokenizer: Tokenizer) -> np.ndarray:
     return out
 
 
+def _firing_order(tokenizer: Tokenizer) -> list[tuple[int, int, int]]:
+    """The merge rows (left, right, result), first row of each pair only, in the order the runtime fires them
+    (see the module docstring)."""
+    table, V = tokenizer.merge_table, tokenizer.vocab_size
+    pairs, first = _pair_ranks(table, V)
+    completed_at = _derivations(table, V, tokenizer.base_token_ids, pairs, first).completed_at
+    left, right = (pairs // V).astype(np.int64), (pairs % V).astype(np.int64)
+    clock = np.maximum(first, np.maximum(completed_at[left], completed_at[right]))
+    if not (clock > first).any():
+        return table[first[np.lexsort((first, clock))]].tolist()
+    # A merge waiting for an operand built at its own clock goes after the merge that builds it: depth 0 for
+    # merges whose operands exist before the clock, 1 + the depth of the operand's building merge otherwise.
+    # Only clocks with a waiting merge need this; their groups are tiny, so relax depths until they settle.
+    result = table[first, 2].astype(np.int64)
+    depth = np.zeros(len(first), dtype=np.int64)
+    waiting_clocks = np.unique(clock[clock > first])
+    group_of = np.flatnonzero(np.isin(clock, waiting_clocks))
+    group_of = group_of[np.argsort(clock[group_of], kind="stable")]
+    bounds = np.searchsorted(clock[group_of], waiting_clocks.tolist() + [np.iinfo(np.int64).max])
+    for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist()):
+        group, at = group_of[lo:hi].tolist(), int(clock[group_of[lo]])
+        for _ in range(len(group)):
+            built = {}  # token built at this clock -> depth of its merge
+            for i in group:
+                built[int(result[i])] = min(built.get(int(result[i]), depth[i]), depth[i])
+            changed = False
+            for i in group:
+                d = 1 + max([built.get(int(t), -1) for t in (left[i], right[i]) if completed_at[t] == at], default=-1)
+                if d != depth[i]:
+                    depth[i], changed = d, True
+            if not changed:
+                break
+    rows = np.lexsort((first, depth, clock))
+    return table[first[rows]].tolist()
+
+
 def direct_merge(dfa: DFA, tokenizer: Tokenizer) -> TokenDFA:
     """The token-level DFA of the canonical tokenizations (merge table only) of ``dfa``'s language.
 
@@ -192,7 +234,7 @@ def direct_merge(dfa: DFA, tokenizer: Tokenizer) -> TokenDFA:
         if symbol_token[x] >= 0:
             g.add(s, int(symbol_token[x]), int(trimmed.transitions[s, x]))
     g.prune()
-    for a, b, ab in tokenizer.merge_table.tolist():
+    for a, b, ab in _firing_order(tokenizer):
         if not g.sources.get(b) or not g.sources.get(a):
             continue
         if a == b:
