@@ -101,14 +101,14 @@ class Guide:
         self.eos_token_ids = tuple(int(t) for t in canonical.eos_token_ids)
         self._M = self._automaton.num_merge_classes
         self._explore(max_states)
-        self._solve_liveness()
+        self._rows: list[tuple] = [()] * len(self._node_q)
+        self._solve_liveness()  # stores the rows of the open nodes it computes
         start = self._node_of[(transitions.start, 0)]
         self.initial_state = start * self._M + self._automaton.start_class % self._M
         if not self._alive(np.array([start]), np.array([self.initial_state % self._M]))[0]:
             raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
                                      f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
-        self._rows: list[tuple] = [()] * len(self._node_q)
-        for node in np.flatnonzero(~self._is_pending).tolist():  # open nodes: few, with large rows
+        for node in np.flatnonzero(~self._is_pending & self._final).tolist():  # the open nodes liveness skipped
             tokens, inside, boundary, mcs = self._edges[node]
             self._store_rows(node, *(tokens[k] for k in self._row_selectors(inside, boundary, mcs)))
         pending = np.flatnonzero(self._is_pending)
@@ -464,6 +464,9 @@ class Guide:
                 computed_at[n] = clock
                 tokens, inside, boundary, mcs = self._edges[n]
                 X, Y, Z = (tokens[k] for k in self._row_selectors(inside, boundary, mcs))
+                # A node's last computation sees its successors' final status (else it would be recomputed):
+                # its rows are final then.
+                self._store_rows(n, X, Y, Z)
                 candidates = entering[n] if entering[n] is not None else by_size(len(Y))
                 apply(n, None if len(X) else self._forbidden.dead_classes(Y, Z, candidates))
             pending = dirty[self._is_pending[dirty]]
