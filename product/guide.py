@@ -346,9 +346,9 @@ class Guide:
                 keep = (inside >= 0) | (boundary >= 0)
                 tokens, targets, inside, boundary = tokens[keep], targets[keep], inside[keep], boundary[keep]
                 inside, boundary = node_ids(targets, inside), node_ids(targets, boundary)
-                successors = np.unique(np.concatenate([inside, boundary]))
+                both = np.concatenate([inside, boundary])
                 self._edges[n] = (tokens.astype(np.int32), inside, boundary, A.after_class[tokens].astype(np.int32))
-                self._successors[n] = successors[successors >= 0]
+                self._successors[n] = np.flatnonzero(np.bincount(both[both >= 0]))  # distinct, ascending
             # Pending nodes at once: many, with short rows.
             if not is_open.all():  # completing tokens of the unfinished character that the regex also allows
                 pending, q, row = frontier[~is_open], qs[~is_open], ctxs[~is_open] - num_open
