@@ -90,6 +90,8 @@ class Guide:
 
     def __init__(self, transitions: TokenTransitions, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                  max_states: int = 100_000, cache_size: int = 4096, name: str = ""):
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, not {cache_size}")
         self.name = name
         self.canonical_only = canonical_only
         self._tokens = canonical
@@ -120,8 +122,6 @@ class Guide:
                 lo, hi = bounds[i], bounds[i + 1]
                 self._store_rows(node, *(parts[i][0][k[lo:hi]] for k in (X, Y, Z)))
         self._edges = self._dead_bits = None  # only the rows are needed from here on
-        if cache_size < 1:
-            raise ValueError(f"cache_size must be at least 1, not {cache_size}")
         self._cache_size = cache_size
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # cached state -> its row in the slab, LRU order
         self._slabs: list[np.ndarray] = []
