@@ -136,10 +136,11 @@ class ForbiddenSets:
             out[:] = XY
             self._flip(out, D, mc)
 
-    def sparse_mask(self, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, mc: int, out: np.ndarray) -> None:
-        """out = ``X | (Y - F[mc]) | (Z & F[mc])`` packed, for short int32 token arrays."""
+    def sparse_mask(self, base: np.ndarray | None, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, mc: int,
+                    out: np.ndarray) -> None:
+        """out = ``base | X | (Y - F[mc]) | (Z & F[mc])``: short int32 token arrays over packed words (or none)."""
         a = self.a
-        out[:] = 0
+        out[:] = 0 if base is None else base
         _sparse_mask(out, X, Y, Z, a.forbid_position, a.forbid_starts, a.forbid_ends,
                      int(a.forbid_offsets[mc]), int(a.forbid_offsets[mc + 1]))
 

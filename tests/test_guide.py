@@ -288,6 +288,9 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets():
         assert not bits[V:].any()
         assert (bits[:V].astype(bool) == expected).all(), mc
         x, y, z = (few[parts[few] == k].astype(np.int32) for k in (0, 1, 2))
-        index.sparse_mask(x, y, z, mc, words)
+        index.sparse_mask(None, x, y, z, mc, words)
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
         assert np.array_equal(np.flatnonzero(bits), np.sort(few[expected[few]])), mc
+        index.sparse_mask(pack(np.flatnonzero(X), num_words), x[:0], y, z, mc, words)  # a long X, packed
+        bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
+        assert np.array_equal(bits, X | np.isin(np.arange(V), few[expected[few]])), mc
