@@ -9,8 +9,8 @@ Measured on Llama-3 (128k vocabulary, one core; ``bench/peers.py``):
   10k-token class and ~350 µs for the largest ones; every step is a separate pass with its own temporaries.
 - A compiled loop (numba) that walks the intervals and flips each forbidden token's bit of the node's row in
   place costs ~2.5 ns a token with no temporaries: 25 µs at 10k tokens.
-- Classes forbidding at least ``DENSE_MIN`` tokens are packed once per automaton (Llama-3: 3,280 of 36,465
-  classes, 53 MB; GPT-2: 2 classes), so no mask ever walks more than ``DENSE_MIN`` tokens: a mask over a
+- Classes forbidding at least ``DENSE_MIN`` tokens are packed once per automaton (Llama-3: 3,078 of 36,465
+  classes, 49 MB; GPT-2: 2 classes), so no mask ever walks more than ``DENSE_MIN`` tokens: a mask over a
   packed class is two word-wise operations.
 
 A mask is ``XY ^ (D & F[mc])`` (``product.guide`` explains X, Y, Z; ``XY = X | Y``, ``D = XY ^ (X | Z)``): the
