@@ -115,11 +115,6 @@ class ForbiddenSets:
         for row, mc in enumerate(dense.tolist()):
             self._flip(self.dense[row], everything, mc)
 
-    @property
-    def memory_bytes(self) -> int:
-        """Bytes of the packed classes (shared by every guide over this automaton)."""
-        return int(self.dense.nbytes)
-
     def _flip(self, words: np.ndarray, flips: np.ndarray, mc: int) -> None:
         a = self.a
         _flip_forbidden(words, flips, a.forbid_order, a.forbid_starts, a.forbid_ends,
@@ -145,12 +140,6 @@ class ForbiddenSets:
                      int(a.forbid_offsets[mc]), int(a.forbid_offsets[mc + 1]))
 
     # ---- liveness -----------------------------------------------------------------------------------------
-    def tokens(self, mc: int) -> np.ndarray:
-        """The token ids of F[mc]."""
-        a = self.a
-        lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
-        return a.forbid_order[concat_aranges(a.forbid_starts[lo:hi], a.forbid_ends[lo:hi])]
-
     def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """The merge classes mc among ``classes`` (ascending) with Y ⊆ F[mc] and Z ∩ F[mc] = ∅."""
         candidates = classes[self.size[classes] >= len(Y)]

@@ -34,7 +34,7 @@ in a bounded LRU cache per guide whose rows are preallocated (computing a mask a
 from __future__ import annotations
 
 import weakref
-from collections import OrderedDict, deque
+from collections import OrderedDict
 
 import numpy as np
 
