@@ -69,13 +69,12 @@ def _is_member(position, starts, ends, lo, hi):
       **_KERNEL)
 def _sparse_mask(words, X, Y, Z, position, starts, ends, lo, hi):
     """words |= X | (Y - F) | (Z & F), with F the intervals ``lo:hi``, testing each token of Y and Z."""
-    for t in X:
-        words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    _set_bits(words, X)
     for t in Y:
-        if not (hi > lo and _is_member(position[t], starts, ends, lo, hi)):
+        if not _is_member(position[t], starts, ends, lo, hi):
             words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
     for t in Z:
-        if hi > lo and _is_member(position[t], starts, ends, lo, hi):
+        if _is_member(position[t], starts, ends, lo, hi):
             words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
 
 

@@ -404,9 +404,10 @@ class Guide:
 
     _WIDE_ROW = 4096  # nodes with more candidate tokens take their candidate classes from F's sizes instead
 
-    def _entering_and_predecessors(self) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    def _entering_and_predecessors(self) -> tuple[list, np.ndarray, np.ndarray]:
         """Per node: the merge classes that can enter it (after_class of the tokens reaching it; ``None`` for
-        wide nodes, whose candidates come from F's sizes), and predecessor lists grouped by target."""
+        wide nodes, whose candidates come from F's sizes), and predecessor lists grouped by target
+        (``pred_source[pred_bounds[n]:pred_bounds[n + 1]]``)."""
         N, M = len(self._node_q), self._M
         width = np.array([len(e[0]) for e in self._edges])
         narrow = width <= self._WIDE_ROW
@@ -430,7 +431,7 @@ class Guide:
         count = np.array([len(x) for x in self._successors])
         links = np.unique(np.concatenate(self._successors) * N + np.repeat(np.arange(N), count))
         pred_target, pred_source = np.divmod(links, N)
-        return entering, pred_target, pred_source, np.searchsorted(pred_target, np.arange(N + 1))
+        return entering, pred_source, np.searchsorted(pred_target, np.arange(N + 1))
 
     def _solve_liveness(self) -> None:
         """Least fixpoint, in rounds: every node whose successors changed is recomputed (open nodes one by one,
@@ -442,7 +443,7 @@ class Guide:
         self._dead_count = np.zeros(N, dtype=np.int64)
         self._dead_bits = np.zeros((0, (self._M + 7) // 8), dtype=np.uint8)
         self._num_dead_rows = 0
-        entering, pred_target, pred_source, pred_bounds = self._entering_and_predecessors()
+        entering, pred_source, pred_bounds = self._entering_and_predecessors()
         by_size = self._forbidden.classes_by_size
 
         # Gauss-Seidel rounds: results are applied at once, open nodes deepest first (breadth-first numbering
