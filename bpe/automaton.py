@@ -683,8 +683,9 @@ class _ContextBuilder:
         """Merge contexts that no continuation can tell apart (Moore's partition refinement): same kind (open or
         unfinished character), same finality, and rows equal once their targets are replaced by their blocks.
         Contexts are keyed by what the layers remember, not by what follows, so many coincide: GPT-2 4,983 ->
-        1,103 contexts, Llama-3 7,847 -> 1,934. Every product node a guide builds is (regex state, context), so
-        the unfinished-character nodes of a free-text string shrink alike (GPT-2 JSON object: 9,347 -> ... nodes)."""
+        1,103 contexts, Llama-3 7,847 -> 1,934. A guide's product nodes are (regex state, context) pairs, so the
+        unfinished-character nodes of a free-text string shrink alike (the peers benchmark's JSON object on GPT-2:
+        9,347 -> 2,239 nodes)."""
         num_open = len(self.boundary_rows)
         block = np.array([0] * num_open + [1] * len(self.pending_rows), dtype=np.int64) * 2 + self.final
         count = len(np.unique(block))

@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from automata.dfa import concat_aranges
 from bpe.automaton import CanonicalAutomaton
 
 __all__ = ["ForbiddenSets", "pack"]
@@ -78,6 +77,41 @@ def _sparse_mask(words, X, Y, Z, position, starts, ends, lo, hi):
             words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
 
 
+@njit(**_KERNEL)
+def _forbids(c, t, position, starts, ends, offsets, dense_row, dense):
+    row = dense_row[c]
+    if row >= 0:
+        return (dense[row, t >> 5] >> np.uint32(t & 31)) & 1 == 1
+    return _is_member(position[t], starts, ends, offsets[c], offsets[c + 1])
+
+
+@njit(**_KERNEL)
+def _dead_flags(class_bounds, classes, y_bounds, Y, z_bounds, Z, size, position, starts, ends, offsets,
+                dense_row, dense):
+    """For row r and each class c of ``classes[class_bounds[r]:class_bounds[r + 1]]``: whether F[c] holds every
+    token of the row's Y and none of its Z. Each class stops at its first counter-example (most fail on the
+    first probe or two); packed classes answer a probe with one bit."""
+    dead = np.zeros(len(classes), dtype=np.bool_)
+    for r in range(len(class_bounds) - 1):
+        need = y_bounds[r + 1] - y_bounds[r]
+        for j in range(class_bounds[r], class_bounds[r + 1]):
+            c = classes[j]
+            if size[c] < need:
+                continue
+            ok = True
+            for k in range(y_bounds[r], y_bounds[r + 1]):
+                if not _forbids(c, Y[k], position, starts, ends, offsets, dense_row, dense):
+                    ok = False
+                    break
+            if ok:
+                for k in range(z_bounds[r], z_bounds[r + 1]):
+                    if _forbids(c, Z[k], position, starts, ends, offsets, dense_row, dense):
+                        ok = False
+                        break
+            dead[j] = ok
+    return dead
+
+
 def pack(tokens: np.ndarray, num_words: int) -> np.ndarray:
     """uint32[num_words] with the bits of ``tokens`` set (bit ``t % 32`` of word ``t // 32``)."""
     words = np.zeros(num_words, dtype=np.uint32)
@@ -94,16 +128,13 @@ class ForbiddenSets:
 
     def __init__(self, automaton: CanonicalAutomaton):
         self.a = automaton
-        M, V = automaton.num_merge_classes, automaton.vocab_size
-        self.num_words = (V + 31) // 32
+        M = automaton.num_merge_classes
+        self.num_words = (automaton.vocab_size + 31) // 32
         counts = np.diff(automaton.forbid_offsets)
-        self.interval_class = np.repeat(np.arange(M), counts)
-        self.size = np.bincount(self.interval_class, weights=automaton.forbid_ends - automaton.forbid_starts,
-                                minlength=M).astype(np.int64)
+        self.size = np.bincount(np.repeat(np.arange(M), counts), minlength=M,
+                                weights=automaton.forbid_ends - automaton.forbid_starts).astype(np.int64)
         self._by_size = np.argsort(-self.size, kind="stable")
         self._sorted_sizes = -self.size[self._by_size]
-        # class-major search keys: interval i of class c starts at keys[i] - c * (V + 1); ascending
-        self.keys = self.interval_class.astype(np.int64) * (V + 1) + automaton.forbid_starts
 
         most = DENSE_BUDGET_BYTES // (4 * self.num_words)
         dense = self._by_size[: min(int(np.searchsorted(self._sorted_sizes, -DENSE_MIN, side="right")), most)]
@@ -139,59 +170,23 @@ class ForbiddenSets:
                      int(a.forbid_offsets[mc]), int(a.forbid_offsets[mc + 1]))
 
     # ---- liveness -----------------------------------------------------------------------------------------
+    def dead_flags(self, class_bounds: np.ndarray, classes: np.ndarray, y_bounds: np.ndarray, Y: np.ndarray,
+                   z_bounds: np.ndarray, Z: np.ndarray) -> np.ndarray:
+        """For many rows at once (row r: candidate classes ``classes[class_bounds[r]:class_bounds[r + 1]]``,
+        token sets ``Y[y_bounds[r]:...]`` and ``Z[z_bounds[r]:...]``): bool per candidate, whether
+        Y ⊆ F[c] and Z ∩ F[c] = ∅."""
+        a = self.a
+        return _dead_flags(class_bounds, classes.astype(np.int64, copy=False), y_bounds, Y, z_bounds, Z,
+                           self.size, a.forbid_position, a.forbid_starts, a.forbid_ends, a.forbid_offsets,
+                           self.dense_row, self.dense)
+
     def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
-        """The merge classes mc among ``classes`` (ascending) with Y ⊆ F[mc] and Z ∩ F[mc] = ∅."""
-        candidates = classes[self.size[classes] >= len(Y)]
-        if len(Y) and len(candidates):
-            candidates = candidates[self._hits(candidates, Y) == len(Y)]
-        if len(Z) and len(candidates):
-            candidates = candidates[self._hits(candidates, Z, stop_at_first=True) == 0]
-        return candidates
+        """The merge classes mc among ``classes`` with Y ⊆ F[mc] and Z ∩ F[mc] = ∅ (one row of ``dead_flags``)."""
+        one = lambda n: np.array([0, n], dtype=np.int64)  # noqa: E731
+        flags = self.dead_flags(one(len(classes)), classes, one(len(Y)), Y.astype(np.int32, copy=False),
+                                one(len(Z)), Z.astype(np.int32, copy=False))
+        return classes[flags]
 
     def classes_by_size(self, at_least: int) -> np.ndarray:
-        """The merge classes whose forbidden set has at least ``at_least`` tokens, ascending."""
-        return np.sort(self._by_size[: np.searchsorted(self._sorted_sizes, -at_least, side="right")])
-
-    def member(self, classes: np.ndarray, positions) -> np.ndarray:
-        """Whether F[c] holds the token at permutation position p, for each (c, p) (broadcast)."""
-        a = self.a
-        i = np.searchsorted(self.keys, classes.astype(np.int64) * (a.vocab_size + 1) + positions, side="right") - 1
-        i = np.maximum(i, 0)
-        return (self.interval_class[i] == classes) & (a.forbid_starts[i] <= positions) & (a.forbid_ends[i] > positions)
-
-    def _hits(self, classes: np.ndarray, tokens: np.ndarray, stop_at_first: bool = False) -> np.ndarray:
-        """For each class, how many of ``tokens`` (distinct) it forbids (with ``stop_at_first``: 0 or not).
-
-        Two strategies, by estimated cost: probe each token in each class (binary search on the class-major
-        interval keys: |classes| x |tokens| x log(intervals)), or scan the classes' intervals once against the
-        sorted token positions (their interval count x log|tokens|). Small token sets meet many classes, large
-        ones few, so each case gets the cheap one."""
-        a = self.a
-        positions = a.forbid_position[tokens].astype(np.int64)
-        num_intervals = int((a.forbid_offsets[classes + 1] - a.forbid_offsets[classes]).sum())
-        if len(classes) * len(tokens) * 20 < num_intervals * 4:
-            # probe: Y ⊆ F keeps the classes holding every token so far; Z ∩ F drops them at their first hit
-            hits = np.zeros(len(classes), dtype=np.int64)
-            undecided = np.arange(len(classes))
-            for p in positions.tolist():
-                inside = self.member(classes[undecided], p)
-                if stop_at_first:
-                    hits[undecided[inside]] = 1
-                    undecided = undecided[~inside]
-                else:
-                    hits[undecided[~inside]] = -1
-                    undecided = undecided[inside]
-                if not len(undecided):
-                    break
-            if not stop_at_first:
-                hits[undecided] = len(tokens)
-            return hits
-        if len(classes) == a.num_merge_classes:
-            intervals = slice(None)
-        else:
-            intervals = concat_aranges(a.forbid_offsets[classes], a.forbid_offsets[classes + 1])
-        positions = np.sort(positions)
-        inside = (np.searchsorted(positions, a.forbid_ends[intervals])
-                  - np.searchsorted(positions, a.forbid_starts[intervals]))
-        per_class = np.bincount(self.interval_class[intervals], weights=inside, minlength=a.num_merge_classes)
-        return per_class[classes].astype(np.int64)
+        """The merge classes whose forbidden set has at least ``at_least`` tokens, largest first."""
+        return self._by_size[: np.searchsorted(self._sorted_sizes, -at_least, side="right")]

@@ -43,6 +43,8 @@ from automata.dfa import concat_aranges
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.forbidden import ForbiddenSets, pack
+from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, entering_keys, mark_dead,
+                                  open_edges, split_rows)
 from product.token_regex import TokenTransitions, VocabularyTrie
 
 __all__ = ["Guide", "compile_regex", "InvalidTokenError"]
@@ -103,25 +105,19 @@ class Guide:
         self.eos_token_ids = tuple(int(t) for t in canonical.eos_token_ids)
         self._M = self._automaton.num_merge_classes
         self._explore(max_states)
-        self._rows: list[tuple] = [()] * len(self._node_q)
+        self._rows: list[tuple] = [()] * self.num_nodes
         self._solve_liveness()  # stores the rows of the open nodes it computes
-        start = self._node_of[(transitions.start, 0)]
-        self.initial_state = start * self._M + self._automaton.start_class % self._M
-        if not self._alive(np.array([start]), np.array([self.initial_state % self._M]))[0]:
+        self.initial_state = self._automaton.start_class % self._M  # node 0 is (start, context 0)
+        if not self._is_live(0, self.initial_state):
             raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
                                      f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
         for node in np.flatnonzero(~self._is_pending & self._final).tolist():  # the open nodes liveness skipped
-            tokens, inside, boundary, mcs = self._edges[node]
-            self._store_rows(node, *(tokens[k] for k in self._row_selectors(inside, boundary, mcs)))
-        pending = np.flatnonzero(self._is_pending)
-        if len(pending):  # many short rows: one vectorised liveness pass, then split
-            parts = [self._edges[n] for n in pending.tolist()]
-            X, Y, Z = self._row_selectors(*(np.concatenate([p[i] for p in parts]) for i in (1, 2, 3)))
-            bounds = np.concatenate([[0], np.cumsum([len(p[0]) for p in parts])])
-            for i, node in enumerate(pending.tolist()):
-                lo, hi = bounds[i], bounds[i + 1]
-                self._store_rows(node, *(parts[i][0][k[lo:hi]] for k in (X, Y, Z)))
-        self._edges = self._dead_bits = None  # only the rows are needed from here on
+            self._store_rows(node, *self._open_rows(node))
+        Y, y_bounds = self._pending_rows()  # many short rows: one pass, then split
+        for i, node in enumerate(self._pending_nodes.tolist()):
+            self._store_rows(node, _NO_TOKENS, Y[y_bounds[i]:y_bounds[i + 1]], _NO_TOKENS)
+        self._open_edges = self._successors = self._dead_bits = None  # only the rows are needed from here on
+        self._pending_tokens = self._pending_inside = self._pending_mcs = None
         self._cache_size = cache_size
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # cached state -> its row in the slab, LRU order
         self._slabs: list[np.ndarray] = []
@@ -281,85 +277,47 @@ class Guide:
     # ---- compilation: explore nodes, then liveness --------------------------------------------------------
     #
     # Nodes come in two kinds. *Open* nodes (no unfinished character) are few — regex states times a few dozen
-    # pre-tokenizer contexts — and their rows can span the vocabulary: they are handled one at a time. *Pending*
+    # pre-tokenizer contexts — and their rows can span the vocabulary: their edges are kept per node. *Pending*
     # nodes (a token ended inside a UTF-8 character) can number thousands in a free-text state, each with a
-    # short row of completing tokens: they are handled in vectorised batches.
+    # short row of completing tokens: their edges are kept in one compressed-row table and handled in batches.
+    # The per-token loops are compiled (``product.node_kernels``).
 
     def _explore(self, max_states: int) -> None:
         """Breadth-first over nodes (q, ctx) reachable from (start, 0); per node, its candidate tokens with their
-        inside/boundary target nodes and next merge class (``self._edges``)."""
+        inside/boundary target nodes and next merge class."""
         A, R = self._automaton, self._transitions
         num_open, num_ctx, V = A.num_open_contexts, A.num_contexts, A.vocab_size
-        self._node_q: list[int] = []
-        self._node_ctx: list[int] = []
-        self._edges: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
-        self._successors: list[np.ndarray] = []  # distinct target nodes per node
-        entry_state = np.repeat(np.arange(R.num_states, dtype=np.int64), np.diff(R.offsets))
-        entry_keys = entry_state * V + R.tokens  # ascending: rows are sorted by token
-        # Node ids by key q * num_ctx + ctx: a direct table when the key space is small (a gather per lookup),
-        # else sorted known keys (a search per lookup).
-        dense = R.num_states * num_ctx <= _DENSE_NODE_KEYS
-        id_of_key = np.full(R.num_states * num_ctx if dense else 0, -1, dtype=np.int32)
-        known_keys, known_ids = np.zeros(0, np.int64), np.zeros(0, np.int64)
+        table = NodeTable()
 
-        def lookup(keys: np.ndarray) -> np.ndarray:
-            if dense:
-                return id_of_key[keys].astype(np.int64)
-            if not len(known_keys):
-                return np.full(len(keys), -1, dtype=np.int64)
-            at = np.minimum(np.searchsorted(known_keys, keys), len(known_keys) - 1)
-            return np.where(known_keys[at] == keys, known_ids[at], -1)
+        def node_ids(keys: np.ndarray) -> np.ndarray:
+            ids = table.ids(keys)
+            if len(table) > max_states:
+                raise StateLimitError(f"constraint {self.name!r}: more than max_states={max_states} product nodes")
+            return ids
 
-        def node_ids(qs: np.ndarray, ctxs: np.ndarray) -> np.ndarray:
-            """The node ids of (q, ctx) pairs (-1 where ctx is -1), numbering new pairs in key order."""
-            nonlocal known_keys, known_ids
-            out = np.full(len(qs), -1, dtype=np.int64)
-            ok = ctxs >= 0
-            keys = qs[ok].astype(np.int64) * num_ctx + ctxs[ok]
-            ids = lookup(keys)
-            unseen = ids < 0
-            if unseen.any():
-                fresh = np.unique(keys[unseen])
-                if len(self._node_q) + len(fresh) > max_states:
-                    raise StateLimitError(f"constraint {self.name!r}: more than max_states={max_states} "
-                                          f"product nodes")
-                fresh_ids = np.arange(len(self._node_q), len(self._node_q) + len(fresh))
-                self._node_q.extend((fresh // num_ctx).tolist())
-                self._node_ctx.extend((fresh % num_ctx).tolist())
-                if dense:
-                    id_of_key[fresh] = fresh_ids
-                else:
-                    known_keys, known_ids = np.concatenate([known_keys, fresh]), np.concatenate([known_ids, fresh_ids])
-                    order = np.argsort(known_keys, kind="stable")
-                    known_keys, known_ids = known_keys[order], known_ids[order]
-                ids[unseen] = lookup(keys[unseen])
-            out[ok] = ids
-            return out
-
-        node_ids(np.array([R.start]), np.array([0]))
+        self._open_edges: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._successors: dict[int, np.ndarray] = {}  # distinct target nodes of each open node
+        layers = []  # per layer of pending nodes: (nodes, edges per node, tokens, inside targets)
+        entry_keys = None  # (state, token) keys of the regex rows, for pending nodes' lookups
+        node_ids(np.array([R.start * num_ctx]))
         done = 0
-        while done < len(self._node_q):  # one breadth-first layer per pass
-            frontier = np.arange(done, len(self._node_q))
-            done = len(self._node_q)
-            self._edges += [None] * len(frontier)
-            self._successors += [None] * len(frontier)
-            qs = np.array(self._node_q[frontier[0]:], dtype=np.int64)
-            ctxs = np.array(self._node_ctx[frontier[0]:], dtype=np.int64)
+        while done < len(table):  # one breadth-first layer per pass
+            frontier = np.arange(done, len(table))
+            done = len(table)
+            qs, ctxs = np.divmod(table.keys[frontier], num_ctx)
             is_open = ctxs < num_open
-            # Open nodes one by one: few, with long rows (one batch would sort millions of entries at once).
             for n, q, ctx in zip(frontier[is_open].tolist(), qs[is_open].tolist(), ctxs[is_open].tolist()):
-                tokens, targets = R.row(q)  # the regex row of q, kept where the context allows the token at all
-                inside = A.inside_next[ctx, tokens].astype(np.int64)
-                boundary = A.boundary_next[ctx, tokens].astype(np.int64)
-                keep = (inside >= 0) | (boundary >= 0)
-                tokens, targets, inside, boundary = tokens[keep], targets[keep], inside[keep], boundary[keep]
-                inside, boundary = node_ids(targets, inside), node_ids(targets, boundary)
+                tokens, targets = R.row(q)
+                tokens, inside, boundary = open_edges(tokens, targets, A.inside_next[ctx], A.boundary_next[ctx],
+                                                      num_ctx)
+                inside, boundary = node_ids(inside), node_ids(boundary)
+                self._open_edges[n] = (tokens, inside, boundary, A.after_class[tokens])
                 both = np.concatenate([inside, boundary])
-                self._edges[n] = (tokens.astype(np.int32), inside, boundary, A.after_class[tokens].astype(np.int32))
                 self._successors[n] = np.flatnonzero(np.bincount(both[both >= 0]))  # distinct, ascending
-            # Pending nodes at once: many, with short rows.
             if not is_open.all():  # completing tokens of the unfinished character that the regex also allows
                 pending, q, row = frontier[~is_open], qs[~is_open], ctxs[~is_open] - num_open
+                if entry_keys is None:  # ascending: rows are sorted by token
+                    entry_keys = np.repeat(np.arange(R.num_states, dtype=np.int64) * V, np.diff(R.offsets)) + R.tokens
                 lo, hi = A.pending_offsets[row], A.pending_offsets[row + 1]
                 entries = concat_aranges(lo, hi)
                 owner = np.repeat(np.arange(len(pending)), hi - lo)
@@ -367,103 +325,110 @@ class Guide:
                 at = np.minimum(np.searchsorted(entry_keys, keys), max(len(entry_keys) - 1, 0))
                 hit = entry_keys[at] == keys if len(entry_keys) else np.zeros(len(keys), bool)
                 entries, owner, at = entries[hit], owner[hit], at[hit]
-                inside = node_ids(R.targets[at], A.pending_next[entries].astype(np.int64))
-                tokens = A.pending_tokens[entries]
-                mcs, tokens = A.after_class[tokens].astype(np.int32), tokens.astype(np.int32)
-                boundary = np.full(len(inside), -1, np.int64)  # only inside moves complete a character
-                bounds = np.searchsorted(owner, np.arange(len(pending) + 1))
-                links = np.unique(owner * (max_states + 1) + inside)
-                link_owner, link_target = np.divmod(links, max_states + 1)  # distinct (node, target) pairs
-                link_bounds = np.searchsorted(link_owner, np.arange(len(pending) + 1))
-                for i, n in enumerate(pending.tolist()):
-                    sl = slice(bounds[i], bounds[i + 1])
-                    self._edges[n] = (tokens[sl], inside[sl], boundary[sl], mcs[sl])
-                    self._successors[n] = link_target[link_bounds[i]:link_bounds[i + 1]]
-        self._node_of = {pair: n for n, pair in enumerate(zip(self._node_q, self._node_ctx))}
-        self._is_pending = np.array(self._node_ctx) >= num_open
-        q_accepting = R.accepting[np.array(self._node_q)]
-        self._final = q_accepting & A.context_final[np.array(self._node_ctx)]
+                inside = node_ids(R.targets[at].astype(np.int64) * num_ctx + A.pending_next[entries])
+                layers.append((pending, np.bincount(owner, minlength=len(pending)), A.pending_tokens[entries], inside))
+        N = len(table)
+        self._node_q, self._node_ctx = (a.astype(np.int64) for a in np.divmod(table.keys[:N], num_ctx))
+        self._node_of = dict(zip(zip(self._node_q.tolist(), self._node_ctx.tolist()), range(N)))
+        self._is_pending = self._node_ctx >= num_open
+        self._final = R.accepting[self._node_q] & A.context_final[self._node_ctx]
+        # the pending nodes' edges as one table: node pending_nodes[i] has edges pending_bounds[i]:[i + 1]
+        parts = list(zip(*layers)) if layers else [[np.zeros(0, np.int64)], [np.zeros(0, np.int64)],
+                                                    [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]]
+        self._pending_nodes = np.concatenate(parts[0]).astype(np.int64)  # ascending (layers, then frontier order)
+        self._pending_bounds = np.concatenate([[0], np.cumsum(np.concatenate(parts[1]))]).astype(np.int64)
+        self._pending_tokens = np.concatenate(parts[2]).astype(np.int32)
+        self._pending_inside = np.concatenate(parts[3])
+        self._pending_mcs = A.after_class[self._pending_tokens]
+        self._pending_index = np.full(N, -1, dtype=np.int64)
+        self._pending_index[self._pending_nodes] = np.arange(len(self._pending_nodes))
 
-    def _alive(self, nodes: np.ndarray, mcs: np.ndarray) -> np.ndarray:
-        """Whether (node, mc) is live, elementwise (-1 nodes are not)."""
-        valid = nodes >= 0
-        status = np.where(valid, self._status[np.maximum(nodes, 0)], _ALL_DEAD)
-        alive = status == _NONE_DEAD
-        partial = np.flatnonzero(status == _PARTIAL)
-        if len(partial):
-            rows, classes = self._dead_row[nodes[partial]], mcs[partial]
-            alive[partial] = (self._dead_bits[rows, classes >> 3] >> (classes & 7).astype(np.uint8)) & 1 == 0
-        return alive
+    def _is_live(self, node: int, mc: int) -> bool:
+        status = self._status[node]
+        if status == PARTIAL:
+            return not (self._dead_bits[self._dead_row[node], mc >> 3] >> (mc & 7)) & 1
+        return status == NONE_DEAD
 
-    def _row_selectors(self, inside, boundary, mcs) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Which candidate edges belong to rows X, Y, Z (see ``_store_rows``), as boolean selectors."""
-        inside_ok = inside >= 0
-        live_inside = self._alive(inside, mcs)
-        live_boundary = self._alive(boundary, mcs)
-        return ~inside_ok & live_boundary, live_inside, inside_ok & live_boundary
+    def _open_rows(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Rows X, Y, Z of an open node under the current liveness."""
+        tokens, inside, boundary, mcs = self._open_edges[node]
+        X, _, Y, _, Z, _ = split_rows(np.array([0, len(tokens)]), tokens, inside, boundary, mcs,
+                                      self._status, self._dead_row, self._dead_bits)
+        return X, Y, Z
 
-    _WIDE_ROW = 4096  # nodes with more candidate tokens take their candidate classes from F's sizes instead
+    def _pending_rows(self, which: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Row Y (and its bounds) of the pending nodes ``self._pending_nodes[which]`` (all if None): a pending
+        node has only inside moves, so X = Z = ∅."""
+        bounds, tokens, inside, mcs = (self._pending_bounds, self._pending_tokens, self._pending_inside,
+                                       self._pending_mcs)
+        if which is not None:
+            lo, hi = bounds[which], bounds[which + 1]
+            entries = concat_aranges(lo, hi)
+            bounds = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
+            tokens, inside, mcs = tokens[entries], inside[entries], mcs[entries]
+        _, _, Y, y_bounds, _, _ = split_rows(bounds, tokens, inside, np.full(len(tokens), -1, np.int64), mcs,
+                                             self._status, self._dead_row, self._dead_bits)
+        return Y, y_bounds
 
-    def _entering_and_predecessors(self) -> tuple[list, np.ndarray, np.ndarray]:
-        """Per node: the merge classes that can enter it (after_class of the tokens reaching it; ``None`` for
-        wide nodes, whose candidates come from F's sizes), and predecessor lists grouped by target
-        (``pred_source[pred_bounds[n]:pred_bounds[n + 1]]``)."""
-        N, M = len(self._node_q), self._M
-        width = np.array([len(e[0]) for e in self._edges])
-        narrow = width <= self._WIDE_ROW
-        # (target, class) of every edge: open nodes one by one (few, long rows), pending nodes at once (many,
-        # short rows of inside moves only)
-        parts = [(np.array([self._node_of[(self._transitions.start, 0)]]), np.array([self._automaton.start_class % M]))]
-        parts += [(target, mcs) for n in np.flatnonzero(~self._is_pending).tolist()
-                  for target, mcs in ((self._edges[n][1], self._edges[n][3]), (self._edges[n][2], self._edges[n][3]))]
-        pending = [self._edges[n] for n in np.flatnonzero(self._is_pending).tolist()]
-        if pending:
-            parts.append((np.concatenate([e[1] for e in pending]), np.concatenate([e[3] for e in pending])))
-        keys = []
-        for target, mcs in parts:
-            keep = target >= 0
-            keep[keep] = narrow[target[keep]]
-            keys.append(target[keep] * M + mcs[keep])
-        pairs = np.unique(np.concatenate(keys))
-        node, cls = np.divmod(pairs, M)
-        bounds = np.searchsorted(node, np.arange(N + 1))
-        entering = [cls[bounds[n]:bounds[n + 1]] if narrow[n] else None for n in range(N)]
-        count = np.array([len(x) for x in self._successors])
-        links = np.unique(np.concatenate(self._successors) * N + np.repeat(np.arange(N), count))
+    _WIDE_ROW = 4096  # open nodes with more candidate tokens take their candidate classes from F's sizes instead
+
+    def _entering_and_predecessors(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The merge classes that can enter each node (the after_class of the tokens reaching it), as a
+        compressed-row table (``entering[entering_bounds[n]:entering_bounds[n + 1]]``; empty for wide open
+        nodes, whose candidates come from F's sizes: ``narrow`` says which); and predecessor lists grouped by
+        target (``pred_source[pred_bounds[n]:pred_bounds[n + 1]]``)."""
+        N, M = self.num_nodes, self._M
+        narrow = np.ones(N, dtype=bool)
+        for n, edges in self._open_edges.items():
+            narrow[n] = len(edges[0]) <= self._WIDE_ROW
+        start_key = np.array([self._automaton.start_class % M], dtype=np.int64)  # node 0 is the start
+        keys = [start_key] + [entering_keys(targets, edges[3], narrow, M) for edges in self._open_edges.values()
+                              for targets in edges[1:3]]
+        keys.append(entering_keys(self._pending_inside, self._pending_mcs, narrow, M))
+        distinct = NodeTable()  # a hash set: edges into a node share a few classes (sorting them all cost 0.3 s)
+        for part in keys:
+            distinct.ids(part)
+        node, entering = np.divmod(np.sort(distinct.keys[:len(distinct)]), M)
+        entering_bounds = np.searchsorted(node, np.arange(N + 1))
+        # predecessors: distinct (source, target) links, from open nodes' successor lists and pending edges
+        sources = [np.full(len(s), n, dtype=np.int64) for n, s in self._successors.items()]
+        targets = list(self._successors.values())
+        sources.append(np.repeat(self._pending_nodes, np.diff(self._pending_bounds)))
+        targets.append(self._pending_inside)
+        links = np.unique(np.concatenate(targets) * N + np.concatenate(sources))
         pred_target, pred_source = np.divmod(links, N)
-        return entering, pred_source, np.searchsorted(pred_target, np.arange(N + 1))
+        return narrow, entering, entering_bounds, pred_source, np.searchsorted(pred_target, np.arange(N + 1))
 
     def _solve_liveness(self) -> None:
         """Least fixpoint, in rounds: every node whose successors changed is recomputed (open nodes one by one,
         pending nodes in one batch), until nothing changes. Dead sets only shrink, whatever the order."""
-        N = len(self._node_q)
-        self._status = np.where(self._final, _NONE_DEAD, _ALL_DEAD).astype(np.int8)
+        N = self.num_nodes
+        self._status = np.where(self._final, NONE_DEAD, ALL_DEAD).astype(np.int8)
         # Partial nodes' dead merge classes, one bit row each (a gather per lookup, not a search).
         self._dead_row = np.full(N, -1, dtype=np.int64)
         self._dead_count = np.zeros(N, dtype=np.int64)
-        self._dead_bits = np.zeros((0, (self._M + 7) // 8), dtype=np.uint8)
+        self._dead_bits = np.zeros((16, (self._M + 7) // 8), dtype=np.uint8)
         self._num_dead_rows = 0
-        entering, pred_source, pred_bounds = self._entering_and_predecessors()
-        by_size = self._forbidden.classes_by_size
+        narrow, entering, entering_bounds, pred_source, pred_bounds = self._entering_and_predecessors()
+        num_entering = np.diff(entering_bounds)
 
         # Gauss-Seidel rounds: results are applied at once, open nodes deepest first (breadth-first numbering
         # reversed), so most successors are final before their predecessors are computed; a node is recomputed
         # only if a successor changed after its last computation. (Email regex on GPT-2: 5 -> 2 passes.)
         clock, computed_at, changed_at = 0, np.zeros(N, dtype=np.int64), np.zeros(N, dtype=np.int64)
 
-        def apply(n: int, dead: np.ndarray | None) -> None:
-            if dead is None or not len(dead):
-                status = _NONE_DEAD
-            elif entering[n] is not None and len(dead) == len(entering[n]):
-                status = _ALL_DEAD
-            else:
-                status = _PARTIAL
-            if status == self._status[n] and (status != _PARTIAL or len(dead) == self._dead_count[n]):
-                return
-            self._status[n] = status
-            if status == _PARTIAL:
-                self._set_dead(n, dead)
-            changed_at[n] = clock
+        def apply(nodes: np.ndarray, dead_bounds: np.ndarray, dead: np.ndarray) -> None:
+            """Record the dead classes of ``nodes`` (node i: ``dead[dead_bounds[i]:dead_bounds[i + 1]]``)."""
+            count = np.diff(dead_bounds)
+            status = np.where(count == 0, NONE_DEAD,
+                              np.where(narrow[nodes] & (count == num_entering[nodes]), ALL_DEAD, PARTIAL))
+            changed = (status != self._status[nodes]) | ((status == PARTIAL) & (count != self._dead_count[nodes]))
+            self._status[nodes[changed]] = status[changed]
+            changed_at[nodes[changed]] = clock
+            partial = changed & (status == PARTIAL)
+            if partial.any():
+                self._set_dead(nodes[partial], count[partial], dead[concat_aranges(dead_bounds[:-1][partial],
+                                                                                   dead_bounds[1:][partial])])
 
         dirty = np.flatnonzero(~self._final)
         while len(dirty):
@@ -471,19 +436,29 @@ class Guide:
             for n in dirty[~self._is_pending[dirty]][::-1].tolist():
                 clock += 1
                 computed_at[n] = clock
-                tokens, inside, boundary, mcs = self._edges[n]
-                X, Y, Z = (tokens[k] for k in self._row_selectors(inside, boundary, mcs))
+                X, Y, Z = self._open_rows(n)
                 # A node's last computation sees its successors' final status (else it would be recomputed):
                 # its rows are final then.
                 self._store_rows(n, X, Y, Z)
-                candidates = entering[n] if entering[n] is not None else by_size(len(Y))
-                apply(n, None if len(X) else self._forbidden.dead_classes(Y, Z, candidates))
+                if len(X):
+                    dead = _NO_CLASSES
+                else:
+                    candidates = (entering[entering_bounds[n]:entering_bounds[n + 1]] if narrow[n]
+                                  else self._forbidden.classes_by_size(len(Y)))
+                    dead = self._forbidden.dead_classes(Y, Z, candidates)
+                apply(np.array([n]), np.array([0, len(dead)]), dead)
             pending = dirty[self._is_pending[dirty]]
-            if len(pending):
+            if len(pending):  # mc is dead iff every live completing token is in F[mc]
                 clock += 1
                 computed_at[pending] = clock
-                for n, dead in self._pending_dead(pending, entering).items():
-                    apply(n, dead)
+                Y, y_bounds = self._pending_rows(self._pending_index[pending])
+                lo, hi = entering_bounds[pending], entering_bounds[pending + 1]
+                candidates = entering[concat_aranges(lo, hi)]
+                class_bounds = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
+                flags = self._forbidden.dead_flags(class_bounds, candidates, y_bounds, Y,
+                                                   np.zeros(len(pending) + 1, np.int64), _NO_TOKENS)
+                dead_bounds = np.concatenate([[0], np.cumsum(flags)])[class_bounds]
+                apply(pending, dead_bounds, candidates[flags])
             changed = np.flatnonzero(changed_at >= round_start)
             if not len(changed):
                 break
@@ -493,65 +468,25 @@ class Guide:
             dirty = np.unique(stale)
             dirty = dirty[~self._final[dirty]]
 
-    def _set_dead(self, node: int, dead: np.ndarray) -> None:
-        """Record the dead merge classes of a partial node in its bit row (allocated on first use)."""
-        row = int(self._dead_row[node])
-        if row < 0:
-            row = self._dead_row[node] = self._num_dead_rows
-            self._num_dead_rows += 1
-            if row == len(self._dead_bits):  # grow by doubling: rare reallocations
-                grown = np.zeros((max(16, 2 * row), self._dead_bits.shape[1]), dtype=np.uint8)
-                grown[:row] = self._dead_bits
+    def _set_dead(self, nodes: np.ndarray, counts: np.ndarray, dead: np.ndarray) -> None:
+        """Record the dead merge classes of partial nodes (node i: ``counts[i]`` classes of ``dead``, in order) in
+        their bit rows, allocated on first use."""
+        fresh = nodes[self._dead_row[nodes] < 0]
+        if len(fresh):
+            self._dead_row[fresh] = np.arange(self._num_dead_rows, self._num_dead_rows + len(fresh))
+            self._num_dead_rows += len(fresh)
+            if self._num_dead_rows > len(self._dead_bits):  # grow by doubling: rare reallocations
+                grown = np.zeros((2 * self._num_dead_rows, self._dead_bits.shape[1]), dtype=np.uint8)
+                grown[: len(self._dead_bits)] = self._dead_bits
                 self._dead_bits = grown
-        flags = np.zeros(self._dead_bits.shape[1] * 8, dtype=bool)
-        flags[dead] = True
-        self._dead_bits[row] = np.packbits(flags, bitorder="little")
-        self._dead_count[node] = len(dead)
-
-    def _pending_dead(self, nodes: np.ndarray, entering: list[np.ndarray]) -> dict[int, np.ndarray]:
-        """Dead merge classes of many pending nodes at once. A pending node has only inside moves (X = Z = ∅), so
-        mc is dead iff every live completing token is in F[mc]: probe each (node, mc) pair with the node's live
-        tokens in turn until one is not forbidden; pairs still standing when a node's tokens run out are dead."""
-        if not len(nodes):
-            return {}
-        edges = [self._edges[n] for n in nodes.tolist()]
-        tokens = np.concatenate([e[0] for e in edges])
-        inside = np.concatenate([e[1] for e in edges])
-        mcs = np.concatenate([e[3] for e in edges])
-        owner = np.repeat(np.arange(len(nodes)), [len(e[0]) for e in edges])
-        live = self._alive(inside, mcs)
-        tokens, owner = tokens[live], owner[live]
-        live_count = np.bincount(owner, minlength=len(nodes))
-        live_start = np.searchsorted(owner, np.arange(len(nodes)))
-        classes = [entering[n] for n in nodes.tolist()]
-        pair_node = np.repeat(np.arange(len(nodes)), [len(c) for c in classes])
-        pair_class = np.concatenate(classes) if classes else np.zeros(0, np.int64)
-        # a class forbidding fewer tokens than the node has cannot forbid them all
-        standing = np.flatnonzero(self._forbidden.size[pair_class] >= live_count[pair_node])
-        probe = 0
-        while len(standing):
-            exhausted = live_count[pair_node[standing]] <= probe
-            standing_open = standing[~exhausted]
-            if not len(standing_open):
-                break
-            token = tokens[live_start[pair_node[standing_open]] + probe]
-            forbidden = self._forbidden.member(pair_class[standing_open], self._forbidden.a.forbid_position[token])
-            standing = np.concatenate([standing[exhausted], standing_open[forbidden]])
-            probe += 1
-        dead = np.zeros(len(pair_class), dtype=bool)
-        dead[standing] = True
-        out = {}
-        bounds = np.searchsorted(pair_node, np.arange(len(nodes) + 1))
-        for i, n in enumerate(nodes.tolist()):
-            out[n] = pair_class[bounds[i]:bounds[i + 1]][dead[bounds[i]:bounds[i + 1]]]
-        return out
+        mark_dead(self._dead_bits, self._dead_row[nodes], counts, dead.astype(np.int64, copy=False))
+        self._dead_count[nodes] = counts
 
 
-_NONE_DEAD, _ALL_DEAD, _PARTIAL = 0, 1, 2
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
+_NO_CLASSES = np.zeros(0, dtype=np.int64)
 _SLAB_ROWS = 256  # masks per preallocated slab (4 MB at a 128k vocabulary)
-_DENSE_NODE_KEYS = 1 << 22  # regex states x contexts up to this: node ids from a direct table (16 MB at most)
 
 
 def _forbidden_index(automaton: CanonicalAutomaton) -> ForbiddenSets:

@@ -294,3 +294,43 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets():
         index.sparse_mask(pack(np.flatnonzero(X), num_words), x[:0], y, z, mc, words)  # a long X, packed
         bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
         assert np.array_equal(bits, X | np.isin(np.arange(V), few[expected[few]])), mc
+
+
+def test_dead_classes_equal_the_automaton_sets():
+    """Liveness asks which classes forbid every token of Y and none of Z; the kernel stops each class at its
+    first counter-example and reads packed classes bit by bit. Checked against the automaton's own sets, for Y
+    drawn from inside one class's set (so some classes are dead) and for Z empty or not."""
+    from product.guide import _forbidden_index
+
+    automaton = automaton_of("llama3")
+    index = _forbidden_index(automaton)
+    rng = np.random.default_rng(1)
+    packed = np.flatnonzero(index.dense_row >= 0)
+    walked = np.flatnonzero((index.dense_row < 0) & (index.size > 0))
+    classes = np.concatenate([packed[:40], packed[-40:], walked[:40], walked[-40:], [0]])
+    sets = {int(c): automaton.forbidden(int(c)) for c in classes}
+    seen_dead = 0
+    for source in [packed[-1], packed[0], walked[-1], walked[0]]:
+        members = np.flatnonzero(automaton.forbidden(int(source)))
+        Y = np.sort(rng.choice(members, min(5, len(members)), replace=False)).astype(np.int32)
+        for Z in (np.zeros(0, np.int32), rng.choice(automaton.vocab_size, 3, replace=False).astype(np.int32)):
+            expected = [c for c in classes.tolist() if sets[c][Y].all() and not sets[c][Z].any()]
+            assert sorted(index.dead_classes(Y, Z, classes).tolist()) == sorted(expected)
+            seen_dead += len(expected)
+    assert seen_dead  # the test exercised dead classes, not only live ones
+
+
+def test_node_table_numbers_keys_in_first_seen_order_across_growth():
+    from product.node_kernels import NodeTable
+
+    rng = np.random.default_rng(2)
+    table, numbering = NodeTable(), {}
+    for size in (10, 3000, 50_000, 7):  # several growths, with repeated keys inside and across batches
+        keys = rng.integers(-1, 40_000, size) * 1_000_003
+        for k in keys.tolist():
+            if k >= 0:
+                numbering.setdefault(k, len(numbering))
+        expected = [numbering[k] if k >= 0 else -1 for k in keys.tolist()]
+        assert table.ids(keys).tolist() == expected
+    assert len(table) == len(numbering)
+    assert table.keys[: len(table)].tolist() == list(numbering)
