@@ -26,7 +26,7 @@ import numpy as np
 from interegular.fsm import anything_else
 from interegular.patterns import InvalidSyntax, Unsupported
 
-from automata.dfa import DFA, MISSING, Alphabet
+from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
 
 __all__ = ["from_regex"]
@@ -157,9 +157,10 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inverse = np.empty(len(rows), dtype=np.int64)
     inverse[constant] = const_inverse.ravel()
     if not constant.all():
-        mixed, mixed_inverse = np.unique(rows[~constant], axis=0, return_inverse=True)
-        uniq.append(mixed)
-        inverse[~constant] = mixed_inverse.ravel() + len(values)
+        mixed = rows[~constant]
+        first, mixed_inverse = unique_rows(mixed)
+        uniq.append(mixed[first])
+        inverse[~constant] = mixed_inverse + len(values)
     return np.concatenate(uniq), inverse
 
 

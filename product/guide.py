@@ -417,6 +417,21 @@ class Guide:
         # only if a successor changed after its last computation. (Email regex on GPT-2: 5 -> 2 passes.)
         clock, computed_at, changed_at = 0, np.zeros(N, dtype=np.int64), np.zeros(N, dtype=np.int64)
 
+        def apply_one(n: int, dead: np.ndarray) -> None:
+            """Record the dead classes of one node (the open nodes' path: scalar, no array set-up)."""
+            if not len(dead):
+                status = NONE_DEAD
+            elif narrow[n] and len(dead) == num_entering[n]:
+                status = ALL_DEAD
+            else:
+                status = PARTIAL
+            if status == self._status[n] and (status != PARTIAL or len(dead) == self._dead_count[n]):
+                return
+            self._status[n] = status
+            changed_at[n] = clock
+            if status == PARTIAL:
+                self._set_dead(np.array([n]), np.array([len(dead)]), dead)
+
         def apply(nodes: np.ndarray, dead_bounds: np.ndarray, dead: np.ndarray) -> None:
             """Record the dead classes of ``nodes`` (node i: ``dead[dead_bounds[i]:dead_bounds[i + 1]]``)."""
             count = np.diff(dead_bounds)
@@ -446,7 +461,7 @@ class Guide:
                     candidates = (entering[entering_bounds[n]:entering_bounds[n + 1]] if narrow[n]
                                   else self._forbidden.classes_by_size(len(Y)))
                     dead = self._forbidden.dead_classes(Y, Z, candidates)
-                apply(np.array([n]), np.array([0, len(dead)]), dead)
+                apply_one(n, dead)
             pending = dirty[self._is_pending[dirty]]
             if len(pending):  # mc is dead iff every live completing token is in F[mc]
                 clock += 1

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from automata.dfa import DFA, concat_aranges
+from automata.dfa import DFA, concat_aranges, unique_rows
 from automata.errors import StateLimitError
 
 __all__ = ["VocabularyTrie", "TokenTransitions"]
@@ -166,8 +166,7 @@ class TokenTransitions:
 
         num_states = dfa.num_states
         # Bytes the DFA never tells apart form a class; walking class sequences shares all tokens that read alike.
-        _, representative, class_of_byte = np.unique(dfa.transitions.T, axis=0, return_index=True,
-                                                     return_inverse=True)
+        representative, class_of_byte = unique_rows(dfa.transitions.T)
         grouped = None
         if int((dfa.transitions >= 0).sum()) >= _GROUPING_MIN_EDGES and len(representative) < 256:
             grouped = trie.by_class(class_of_byte.astype(np.uint8))
