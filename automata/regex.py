@@ -66,12 +66,7 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
         symbol_class = np.array([mapping.get(c, other) for c in alphabet.chars], dtype=np.int64)
         dfa = DFA(class_target[:, symbol_class], accepting, index[fsm.initial], alphabet)
     else:
-        code_point_class = np.full(_NUM_CODE_POINTS, other, dtype=np.int32)
-        for c, symbol in mapping.items():
-            if c is not anything_else:
-                code_point_class[ord(c)] = symbol
-        code_point_class[0xD800:0xE000] = num_classes  # surrogates have no UTF-8 encoding
-        dfa = _utf8_dfa(class_target, accepting, index[fsm.initial], code_point_class, num_classes, max_states)
+        dfa = _utf8_dfa(class_target, accepting, index[fsm.initial], mapping, other, num_classes, max_states)
 
     dfa = dfa.minimise() if minimise else dfa.trim()  # both trim: an empty language keeps no accepting state
     if not dfa.accepting.any():
@@ -79,8 +74,9 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
     return dfa
 
 
-def _utf8_trie(code_point_class: np.ndarray, dead_class: int) -> tuple[np.ndarray, list[np.ndarray]]:
-    """The byte trie of all UTF-8 encodings, with shared subtrees.
+def _utf8_trie(mapping: dict, other: int, dead_class: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The byte trie of all UTF-8 encodings, with shared subtrees, for interegular's class ``mapping``
+    (characters it does not name are in class ``other``; no code point: ``dead_class``).
 
     Returns ``root`` (int64[256]) and ``levels``. ``levels[h-1]`` is int64 ``[nodes, 64]``: for each interior
     node of height h and continuation byte 0x80+i, its child, which is a character class when h == 1 and a
@@ -90,15 +86,29 @@ def _utf8_trie(code_point_class: np.ndarray, dead_class: int) -> tuple[np.ndarra
     Most patterns name only ASCII characters, so every other code point falls in one class; their trie has one
     shape whatever that class is, built once and relabelled (saves ~25 ms of every such compile).
     """
-    c = _uniform_non_ascii_class(code_point_class)
+    c = _uniform_non_ascii_class(mapping, other)
     if c is not None:
         template_root, template_levels = _uniform_utf8_trie()
         root = template_root.copy()
         root[root == _DEAD] = dead_class
-        root[:0x80] = code_point_class[:0x80]
+        root[:0x80] = _ascii_classes(mapping, other)
         classes = np.where(template_levels[0] == _NON_ASCII, c, dead_class)
         return root, [classes] + template_levels[1:]
-    return _build_utf8_trie(code_point_class, dead_class)
+    return _build_utf8_trie(_code_point_classes(mapping, other, dead_class), dead_class)
+
+
+def _code_point_classes(mapping: dict, other: int, dead_class: int) -> np.ndarray:
+    """int32[0x110000]: every code point's class (surrogates, which have no UTF-8 encoding: ``dead_class``)."""
+    code_point_class = np.full(_NUM_CODE_POINTS, other, dtype=np.int32)
+    for c, symbol in mapping.items():
+        if c is not anything_else:
+            code_point_class[ord(c)] = symbol
+    code_point_class[0xD800:0xE000] = dead_class
+    return code_point_class
+
+
+def _ascii_classes(mapping: dict, other: int) -> np.ndarray:
+    return np.array([mapping.get(chr(b), other) for b in range(0x80)], dtype=np.int64)
 
 
 _NON_ASCII, _DEAD = -1, -2  # labels of the uniform template: a valid non-ASCII code point, no code point
@@ -164,29 +174,29 @@ def _unique_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.concatenate(uniq), inverse
 
 
-def _uniform_non_ascii_class(code_point_class: np.ndarray) -> int | None:
-    """The class of every non-ASCII code point (surrogates aside) if they all share one, else None."""
-    c = int(code_point_class[0x80])
-    if (code_point_class[0x80:0xD800] == c).all() and (code_point_class[0xE000:] == c).all():
-        return c
-    return None
+def _uniform_non_ascii_class(mapping: dict, other: int) -> int | None:
+    """The class of every non-ASCII code point (surrogates aside) if they all share one, else None: they do
+    unless the pattern names a non-ASCII character outside the class of the characters it does not name."""
+    named = (symbol for c, symbol in mapping.items() if c is not anything_else and ord(c) >= 0x80
+             and not 0xD800 <= ord(c) < 0xE000)
+    return other if all(symbol == other for symbol in named) else None
 
 
-def _reads_only_ascii(class_target: np.ndarray, code_point_class: np.ndarray) -> bool:
+def _reads_only_ascii(class_target: np.ndarray, mapping: dict, other: int) -> bool:
     """Whether no state has an edge on any non-ASCII character (most patterns: ~10 ms saved per compile)."""
-    c = _uniform_non_ascii_class(code_point_class)
+    c = _uniform_non_ascii_class(mapping, other)
     return c is not None and bool((class_target[:, c] == MISSING).all())
 
 
-def _utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, code_point_class: np.ndarray,
+def _utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, mapping: dict, other: int,
               dead_class: int, max_states: int) -> DFA:
     """Expand a character-class DFA into a byte DFA (see the module docstring)."""
-    if _reads_only_ascii(class_target, code_point_class):  # no trie needed: multi-byte leads go nowhere
+    if _reads_only_ascii(class_target, mapping, other):  # no trie needed: multi-byte leads go nowhere
         table = np.full((class_target.shape[0], 256), MISSING, dtype=np.int32)
-        table[:, :0x80] = class_target[:, code_point_class[:0x80]]
+        table[:, :0x80] = class_target[:, _ascii_classes(mapping, other)]
         return DFA(table, accepting.copy(), start, Alphabet.bytes())
     K = 1 << 32
-    root, levels = _utf8_trie(code_point_class, dead_class)
+    root, levels = _utf8_trie(mapping, other, dead_class)
     num_char_states = class_target.shape[0]
     offsets = np.cumsum([num_char_states] + [num_char_states * len(level) for level in levels])
     total = int(offsets[-1])

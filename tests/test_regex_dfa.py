@@ -147,7 +147,8 @@ def test_utf8_shortcuts_build_the_same_dfa(pattern, monkeypatch):
 
     fast = from_regex(pattern)
     monkeypatch.setattr(regex, "_reads_only_ascii", lambda *_: False)
-    monkeypatch.setattr(regex, "_utf8_trie", regex._build_utf8_trie)
+    monkeypatch.setattr(regex, "_utf8_trie", lambda mapping, other, dead: regex._build_utf8_trie(
+        regex._code_point_classes(mapping, other, dead), dead))
     fresh = from_regex(pattern)
     assert fast.start == fresh.start
     assert np.array_equal(fast.transitions, fresh.transitions) and np.array_equal(fast.accepting, fresh.accepting)
