@@ -9,8 +9,8 @@ explore + liveness 3.3 s -> see the README's Benchmarks section).
 - ``NodeTable``: ids of product nodes (regex state, context) by key ``q * num_contexts + ctx``, an
   open-addressing hash table (a direct table would need states x contexts entries: 190 M at 100k states on
   Llama-3's 1,934 contexts). New keys get the next ids in the order they are met.
-- ``open_edges``: the edges of a node with no unfinished character.
-- ``split_rows``: rows X, Y, Z of many nodes at once (see ``product.guide``), testing each edge's targets for
+- ``open_edges``, ``distinct_targets``: the edges of a node with no unfinished character, its successors.
+- ``any_live_crossing``, ``split_rows``: whether row X is empty; rows X, Y, Z of many nodes at once (see ``product.guide``), testing each edge's targets for
   liveness against the nodes' dead merge classes.
 
 Leaves out: what X, Y, Z mean and how liveness is solved (``product.guide``); masks (``product.forbidden``).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["NodeTable", "open_edges", "split_rows", "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD",
+__all__ = ["NodeTable", "open_edges", "distinct_targets", "any_live_crossing", "split_rows", "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD",
            "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
@@ -105,14 +105,15 @@ def mark_dead(dead_bits, rows, counts, dead):
 
 
 @njit(**_KERNEL)
-def open_edges(tokens, targets, inside_row, boundary_row, num_contexts):
+def open_edges(tokens, targets, inside_row, boundary_row, after_class, num_contexts):
     """The edges of a node with no unfinished character: of the regex row (``tokens`` moving to ``targets``), the
     tokens the context allows inside the piece (``inside_row[t] >= 0``) or across a boundary, with the keys of
-    the nodes they reach each way (-1: not that way)."""
+    the nodes they reach each way (-1: not that way) and the merge class each leaves behind."""
     n = len(tokens)
     kept = np.empty(n, dtype=np.int32)
     inside = np.empty(n, dtype=np.int64)
     boundary = np.empty(n, dtype=np.int64)
+    classes = np.empty(n, dtype=np.int32)
     k = 0
     for i in range(n):
         t = tokens[i]
@@ -124,8 +125,21 @@ def open_edges(tokens, targets, inside_row, boundary_row, num_contexts):
         kept[k] = t
         inside[k] = base + a if a >= 0 else -1
         boundary[k] = base + b if b >= 0 else -1
+        classes[k] = after_class[t]
         k += 1
-    return kept[:k], inside[:k], boundary[:k]
+    return kept[:k], inside[:k], boundary[:k], classes[:k]
+
+
+@njit(**_KERNEL)
+def distinct_targets(inside, boundary, num_nodes):
+    """The distinct node ids (>= 0) among ``inside`` and ``boundary``, ascending."""
+    seen = np.zeros(num_nodes, dtype=np.bool_)
+    for i in range(len(inside)):
+        if inside[i] >= 0:
+            seen[inside[i]] = True
+        if boundary[i] >= 0:
+            seen[boundary[i]] = True
+    return np.flatnonzero(seen)
 
 
 @njit(**_KERNEL)
@@ -138,6 +152,16 @@ def _live(node, mc, status, dead_row, dead_bits):
     if s == ALL_DEAD:
         return False
     return (dead_bits[dead_row[node], mc >> 3] >> (mc & 7)) & 1 == 0
+
+
+@njit(**_KERNEL)
+def any_live_crossing(inside, boundary, after_class, status, dead_row, dead_bits):
+    """Whether some edge may only cross a boundary and reaches a live target (row X is not empty): then no merge
+    class of the node is dead, whatever Y and Z hold. Stops at the first such edge."""
+    for i in range(len(inside)):
+        if inside[i] < 0 and _live(boundary[i], after_class[i], status, dead_row, dead_bits):
+            return True
+    return False
 
 
 @njit(**_KERNEL)
