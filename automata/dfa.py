@@ -7,8 +7,10 @@ A ``DFA`` has states ``0 .. num_states-1`` and symbols ``0 .. num_symbols-1``. I
 - ``alphabet`` names what the symbols are (bytes or characters); it only matters for labels and for
   turning strings into symbol sequences.
 
-Operations return new DFAs; nothing mutates in place. Trimming, minimisation and products are vectorised
-over states; Python loops run over BFS layers or refinement rounds, never over (state, symbol) pairs.
+Operations return new DFAs; nothing mutates in place. Minimisation and products are vectorised over states
+(Python loops run over refinement rounds or BFS layers, never over (state, symbol) pairs); the graph walks
+(reachability, co-reachability, breadth-first renumbering) are compiled loops: in numpy they cost one call per
+BFS layer, ~1 ms of every small regex's compile, about a tenth of it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
+from numba import njit
 
 from automata.errors import StateLimitError
 
@@ -134,31 +137,11 @@ class DFA:
 
     def reachable(self) -> np.ndarray:
         """bool[num_states]: states reachable from the start."""
-        seen = np.zeros(self.num_states, dtype=bool)
-        seen[self.start] = True
-        frontier = np.array([self.start])
-        while frontier.size:
-            nxt = self.transitions[frontier].ravel()
-            nxt = np.unique(nxt[nxt != MISSING])
-            frontier = nxt[~seen[nxt]]
-            seen[frontier] = True
-        return seen
+        return _reachable(self.transitions, self.start)
 
     def coreachable(self) -> np.ndarray:
-        """bool[num_states]: states from which an accepting state can be reached (backward BFS over a CSR
-        predecessor index)."""
-        src, sym = np.nonzero(self.transitions != MISSING)
-        dst = self.transitions[src, sym]
-        order = np.argsort(dst, kind="stable")
-        src = src[order]
-        starts = np.searchsorted(dst[order], np.arange(self.num_states + 1))
-        seen = self.accepting.copy()
-        frontier = np.flatnonzero(seen)
-        while frontier.size:
-            preds = np.unique(src[concat_aranges(starts[frontier], starts[frontier + 1])])
-            frontier = preds[~seen[preds]]
-            seen[frontier] = True
-        return seen
+        """bool[num_states]: states from which an accepting state can be reached."""
+        return _coreachable(self.transitions, self.accepting)
 
     def _restrict(self, keep: np.ndarray) -> "DFA":
         """The DFA on the states where ``keep`` holds (the start state must be kept), renumbered in order."""
@@ -209,18 +192,7 @@ class DFA:
 
     def _bfs_renumbered(self) -> "DFA":
         """States renumbered in breadth-first order from the start, successors in symbol order."""
-        order = [self.start]
-        seen = np.zeros(self.num_states, dtype=bool)
-        seen[self.start] = True
-        for s in order:  # one numpy pass per state: its successors, first occurrences in symbol order
-            row = self.transitions[s]
-            row = row[row != MISSING]
-            _, first = np.unique(row, return_index=True)
-            successors = row[np.sort(first)]
-            successors = successors[~seen[successors]]
-            seen[successors] = True
-            order.extend(successors.tolist())
-        perm = np.array(order)
+        perm = _bfs_order(self.transitions, self.start)
         new_id = np.full(self.num_states + 1, MISSING, dtype=np.int32)
         new_id[perm] = np.arange(len(perm), dtype=np.int32)
         return DFA(new_id[self.transitions[perm]].astype(np.int32), self.accepting[perm].copy(), 0, self.alphabet)
@@ -269,6 +241,70 @@ class DFA:
                     raise ValueError("language is infinite")
                 stack.append((n, path + [int(x)], on_path | {n}))
         return out
+
+
+_KERNEL = dict(cache=True, nogil=True)
+
+
+@njit(**_KERNEL)
+def _reachable(transitions, start):
+    seen = np.zeros(transitions.shape[0], dtype=np.bool_)
+    seen[start] = True
+    stack = [start]
+    while stack:
+        s = stack.pop()
+        for t in transitions[s]:
+            if t >= 0 and not seen[t]:
+                seen[t] = True
+                stack.append(t)
+    return seen
+
+
+@njit(**_KERNEL)
+def _coreachable(transitions, accepting):
+    """Backward search from the accepting states over a predecessor table built in two passes."""
+    n, k = transitions.shape
+    count = np.zeros(n + 1, dtype=np.int64)
+    for s in range(n):
+        for j in range(k):
+            if transitions[s, j] >= 0:
+                count[transitions[s, j] + 1] += 1
+    start = np.cumsum(count)
+    fill = start[:-1].copy()
+    source = np.empty(start[-1], dtype=np.int64)
+    for s in range(n):
+        for j in range(k):
+            t = transitions[s, j]
+            if t >= 0:
+                source[fill[t]] = s
+                fill[t] += 1
+    seen = accepting.copy()
+    stack = [s for s in range(n) if accepting[s]]
+    while stack:
+        t = stack.pop()
+        for i in range(start[t], start[t + 1]):
+            if not seen[source[i]]:
+                seen[source[i]] = True
+                stack.append(source[i])
+    return seen
+
+
+@njit(**_KERNEL)
+def _bfs_order(transitions, start):
+    """States in breadth-first order from ``start``, each state's successors in symbol order (reachable only)."""
+    seen = np.zeros(transitions.shape[0], dtype=np.bool_)
+    order = np.empty(transitions.shape[0], dtype=np.int64)
+    order[0] = start
+    seen[start] = True
+    head, tail = 0, 1
+    while head < tail:
+        for t in transitions[order[head]]:
+            if t >= 0 and not seen[t]:
+                seen[t] = True
+                order[tail] = t
+                tail += 1
+        head += 1
+    return order[:tail]
 
 
 def unique_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
