@@ -244,3 +244,21 @@ def test_cache_is_reused_verified_and_rebuilt_when_corrupt(tmp_path):
     with pytest.raises(CacheError, match="another tokenizer"):
         compile_tokenizer(model, tmp_path).save(path, key="x") or CanonicalAutomaton.load(path, key="y")
     assert not list(tmp_path.glob("*.part"))  # nothing half-written is left behind
+
+
+@pytest.mark.parametrize("name", ("gpt2", "mistral"))
+def test_no_two_contexts_are_equivalent(name):
+    """Contexts are merged until none can be told apart: one more round of refinement (same kind, same
+    finality, rows equal once targets are replaced by their blocks, here the contexts themselves) splits
+    nothing and merges nothing, i.e. every context's signature is unique."""
+    a = automaton_of(name)
+    signatures = set()
+    for ctx in range(a.num_contexts):
+        if ctx < a.num_open_contexts:
+            row = ("open", bool(a.context_final[ctx]), a.inside_next[ctx].tobytes(), a.boundary_next[ctx].tobytes())
+        else:
+            lo, hi = a.pending_offsets[ctx - a.num_open_contexts: ctx - a.num_open_contexts + 2]
+            row = ("pending", a.pending_tokens[lo:hi].tobytes(), a.pending_next[lo:hi].tobytes())
+        signatures.add(row)
+    assert len(signatures) == a.num_contexts
+    assert a.num_open_contexts >= 1 and a.num_contexts > a.num_open_contexts  # both kinds exist here
