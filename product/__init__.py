@@ -1,12 +1,26 @@
 """Constraints intersected with the canonical automaton: token-level regex automata, guides, masks.
 
 Public: ``compile_regex``, ``Guide``, ``TokenTransitions``, ``InvalidTokenError``; for torch: ``apply_bitmask``,
-``LogitsProcessor``, ``generate``, ``Generation``.
+``LogitsProcessor``, ``generate``, ``Generation`` (imported on first use: torch and transformers take ~3 s to
+import, which mask-only users need not pay).
 """
 
 from product.guide import Guide, InvalidTokenError, compile_regex
-from product.generation import Generation, LogitsProcessor, apply_bitmask, generate
 from product.token_regex import TokenTransitions
 
 __all__ = ["compile_regex", "Guide", "TokenTransitions", "InvalidTokenError", "apply_bitmask", "LogitsProcessor",
            "generate", "Generation"]
+
+_TORCH_API = ("apply_bitmask", "LogitsProcessor", "generate", "Generation")
+
+
+def __getattr__(name: str):
+    if name in _TORCH_API:
+        from product import generation
+
+        return getattr(generation, name)
+    raise AttributeError(f"module 'product' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + list(_TORCH_API))
