@@ -507,6 +507,8 @@ class _ContextBuilder:
         self.pending_rows: list[tuple[np.ndarray, np.ndarray]] = []
         self.final: list[bool] = []
         self.normal_form = shapes.normal_form
+        self.vocab_code_points = np.zeros(0x110000, dtype=bool)  # characters the vocabulary spells
+        self.vocab_code_points[[ord(c) for c in shapes.vocab_chars]] = True
         # Per unfinished character a token leaves: the states from which it can still be completed.
         self.live_by_tail = np.array([self._prefix_info(tail)[1] for tail in shapes.tails], dtype=np.uint64)
         # Tokens that begin with continuation bytes: the only ones that can finish a character. Per finisher:
@@ -521,8 +523,6 @@ class _ContextBuilder:
                 self.finisher_payload[k, i] = self.finisher_payload[k - 1, i] << 6 | (raw[k - 1] & 0x3F)
         self.finisher_only_continuation = np.array([len(tokenizer.token_bytes[t]) for t in self.finishers.tolist()],
                                                    dtype=np.int64) == self.finisher_lead
-        self.vocab_code_points = np.zeros(0x110000, dtype=bool)  # characters the vocabulary spells
-        self.vocab_code_points[[ord(c) for c in shapes.vocab_chars]] = True
 
     @property
     def num_open(self) -> int:
@@ -573,8 +573,7 @@ class _ContextBuilder:
             if self.normal_form:  # characters the normaliser always rewrites never reach BPE
                 behaviour[_never_normalized(self.normal_form)[cps]] = 255
             if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
-                spelled = [cp - cps[0] for cp in map(ord, self.shapes.vocab_chars) if cps[0] <= cp <= cps[-1]]
-                behaviour[spelled] = 255
+                behaviour[self.vocab_code_points[cps]] = 255
             syms = np.unique(behaviour[behaviour != 255])
             live = 0
             for s in range(self.seg.num_states):
