@@ -67,6 +67,17 @@ def _utf8_length(lead: int) -> int:
     return 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
 
 
+def _unfinished(tail: bytes) -> tuple[int, int, int, tuple[int, int]]:
+    """For the unfinished character ``tail``: its length, the bytes it still needs, the payload bits it holds, and
+    the code point range of characters of that length (``(payload << 6 * need) | rest`` must fall in it)."""
+    length = _utf8_length(tail[0])
+    payload = tail[0] & (0x7F >> length)
+    for b in tail[1:]:
+        payload = payload << 6 | (b & 0x3F)
+    return length, length - len(tail), payload, ((0, 0, 0x80, 0x800, 0x10000)[length],
+                                                 (0, 0, 0x7FF, 0xFFFF, 0x10FFFF)[length])
+
+
 @dataclass(frozen=True, eq=False)
 class CanonicalAutomaton:
     """Which tokens may follow, per class, for one tokenizer. Build with ``compile_tokenizer``.
@@ -556,13 +567,9 @@ class _ContextBuilder:
         if not tail:
             return b"", (1 << self.seg.num_states) - 1
         if tail not in self.completions:
-            length = _utf8_length(tail[0])
-            need = length - len(tail)
-            payload = tail[0] & (0x7F >> length)
-            for b in tail[1:]:
-                payload = payload << 6 | (b & 0x3F)
-            lo = max(payload << (6 * need), (0, 0, 0x80, 0x800, 0x10000)[length])
-            hi = min((payload << (6 * need)) | ((1 << (6 * need)) - 1), (0, 0, 0x7FF, 0xFFFF, 0x10FFFF)[length])
+            length, need, payload, (lowest, highest) = _unfinished(tail)
+            lo = max(payload << (6 * need), lowest)
+            hi = min((payload << (6 * need)) | ((1 << (6 * need)) - 1), highest)
             well_formed = length > 1 and need > 0 and all(0x80 <= b < 0xC0 for b in tail[1:])
             if not well_formed or lo > hi:
                 self.completions[tail] = (b"dead", 0)
@@ -639,8 +646,7 @@ class _ContextBuilder:
         the contexts they lead to; vectorised over the finishers (a loop over them, per context, was 12 s of
         Llama-3's build)."""
         shapes = self.shapes
-        length = _utf8_length(pending[0])
-        need = length - len(pending)
+        _, need, payload, (lowest, highest) = _unfinished(pending)
         lead, tokens = self.finisher_lead, self.finishers
         nexts = np.full(len(tokens), -1, dtype=np.int64)
         # Tokens of continuation bytes only, too short to finish it: the character stays unfinished.
@@ -648,11 +654,7 @@ class _ContextBuilder:
             nexts[i] = self._context(states, pending + self.tok.token_bytes[int(tokens[i])])
         # Tokens whose leading continuation bytes finish it: the code point, then the whole-character walk.
         finish = np.flatnonzero(lead == need)
-        payload = pending[0] & (0x7F >> length)
-        for b in pending[1:]:
-            payload = payload << 6 | (b & 0x3F)
         cp = (payload << (6 * need)) | self.finisher_payload[need, finish]
-        lowest, highest = (0, 0, 0x80, 0x800, 0x10000)[length], (0, 0, 0x7FF, 0xFFFF, 0x10FFFF)[length]
         ok = (cp >= lowest) & (cp <= highest) & ~((cp >= 0xD800) & (cp < 0xE000))  # what UTF-8 decoding accepts
         finish, cp = finish[ok], cp[ok]
         if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
