@@ -56,7 +56,7 @@ from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symb
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
-FORMAT_VERSION = 6
+FORMAT_VERSION = 7
 
 
 class DisallowedTokenError(TokenizerError):
@@ -64,7 +64,9 @@ class DisallowedTokenError(TokenizerError):
 
 
 def _utf8_length(lead: int) -> int:
-    return 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4
+    """Bytes of a UTF-8 character starting with ``lead``; 0 for F8–FF, which start none (a token ending in one
+    leaves no unfinished character but undecodable bytes, so no text produces it)."""
+    return 1 if lead < 0x80 else 2 if lead < 0xE0 else 3 if lead < 0xF0 else 4 if lead < 0xF8 else 0
 
 
 def _unfinished(tail: bytes) -> tuple[int, int, int, tuple[int, int]]:

@@ -262,3 +262,18 @@ def test_no_two_contexts_are_equivalent(name):
         signatures.add(row)
     assert len(signatures) == a.num_contexts
     assert a.num_open_contexts >= 1 and a.num_contexts > a.num_open_contexts  # both kinds exist here
+
+
+@pytest.mark.parametrize("name", ("gpt2", "llama3"))
+def test_tokens_with_bytes_no_utf8_text_has_are_never_allowed(name):
+    """Byte-level vocabularies have tokens for bytes UTF-8 never uses (C0, C1, F5–FF). The runtime never
+    produces them from text; the automaton allows none of them after any open context (F8–FC once slipped
+    through: their lead bits wrapped onto F0–F4's)."""
+    a = automaton_of(name)
+    never = [t for t, b in enumerate(a.token_bytes) if b and any(x in (0xC0, 0xC1) or x >= 0xF5 for x in b)]
+    assert len(never) >= 13
+    for t in never[:20]:
+        assert not _is_canonical(name, [t])
+    for ctx in range(a.num_open_contexts):
+        allowed = a.allowed_after(ctx * a.num_merge_classes)
+        assert not allowed[never].any(), (ctx, [a.token_bytes[t] for t in np.array(never)[allowed[never]]])
