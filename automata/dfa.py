@@ -137,7 +137,9 @@ class DFA:
 
     def reachable(self) -> np.ndarray:
         """bool[num_states]: states reachable from the start."""
-        return _reachable(self.transitions, self.start)
+        seen = np.zeros(self.num_states, dtype=bool)
+        seen[_bfs_order(self.transitions, self.start)] = True
+        return seen
 
     def coreachable(self) -> np.ndarray:
         """bool[num_states]: states from which an accepting state can be reached."""
@@ -244,20 +246,6 @@ class DFA:
 
 
 _KERNEL = dict(cache=True, nogil=True)
-
-
-@njit(**_KERNEL)
-def _reachable(transitions, start):
-    seen = np.zeros(transitions.shape[0], dtype=np.bool_)
-    seen[start] = True
-    stack = [start]
-    while stack:
-        s = stack.pop()
-        for t in transitions[s]:
-            if t >= 0 and not seen[t]:
-                seen[t] = True
-                stack.append(t)
-    return seen
 
 
 @njit(**_KERNEL)
