@@ -1,14 +1,16 @@
-"""Regular expression -> DFA over an explicit alphabet, through interegular.
+"""Regular expression -> DFA over an explicit alphabet.
 
-interegular parses the pattern into a character-level DFA whose symbols are *classes* of characters (all
-characters behaving the same in every state share one class, and ``anything_else`` stands for every
-character the pattern never names). We expand those classes onto the target alphabet:
+interegular parses the pattern; ``automata.glushkov`` turns the parse tree into a DFA whose symbols are
+*classes* of characters (all characters behaving the same in every state share one class, and
+``anything_else`` stands for every character the pattern never names). Patterns with lookaheads go through
+interegular's own FSM construction instead, which gives the same kind of DFA. We expand those classes onto the
+target alphabet:
 
 - a character alphabet: each character is looked up in the class map directly;
 - the UTF-8 byte alphabet: every code point's class is tabulated, and the UTF-8 encodings of all code points
   are laid out as a byte trie whose identical subtrees are shared (bottom-up hashing with ``np.unique``).
-  Each character state of the interegular DFA gets a copy of the trie's interior nodes, their leaves
-  pointing at the class targets of that state. Trim and minimise then remove what is unused or duplicated.
+  Each character state gets a copy of the trie's interior nodes, their leaves pointing at the class targets
+  of that state. Trim and minimise then remove what is unused or duplicated.
   A pattern that reads no non-ASCII character needs no trie at all; one that reads them all alike reuses a
   trie built once.
 
@@ -26,6 +28,7 @@ import numpy as np
 from interegular.fsm import anything_else
 from interegular.patterns import InvalidSyntax, Unsupported
 
+from automata import glushkov
 from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
 
@@ -43,35 +46,47 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
     """
     alphabet = alphabet or Alphabet.bytes()
     try:
-        fsm = interegular.parse_pattern(pattern).to_fsm()
+        tree = interegular.parse_pattern(pattern)
+        char_dfa = glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
     except (InvalidSyntax, Unsupported) as exc:
         raise RegexError(f"regex {pattern!r}: {type(exc).__name__}: {exc or 'invalid syntax'}") from None
-    except Exception as exc:  # interegular raises bare Exceptions for e.g. a{3,1}
+    except (RegexError, StateLimitError) as exc:
+        raise type(exc)(f"regex {pattern!r}: {exc}") from None
+    except Exception as exc:  # interegular raises bare Exceptions for some malformed patterns
         raise RegexError(f"regex {pattern!r} could not be compiled: {exc}") from None
-    if len(fsm.states) > max_states:
-        raise StateLimitError(f"regex {pattern!r}: {len(fsm.states)} character states exceed max_states={max_states}")
-
-    states = sorted(fsm.states, key=repr)
-    index = {s: i for i, s in enumerate(states)}
-    mapping = dict(fsm.alphabet._symbol_mapping)
-    num_classes = max(mapping.values(), default=-1) + 1
-    class_target = np.full((len(states), num_classes + 1), MISSING, dtype=np.int32)  # last column: no class
-    for s, row in fsm.map.items():
-        for symbol, nxt in row.items():
-            class_target[index[s], symbol] = index[nxt]
-    accepting = np.array([s in fsm.finals for s in states], dtype=bool)
-    other = mapping.get(anything_else, num_classes)  # class of characters the pattern never names
+    class_target, accepting, start, mapping = char_dfa
+    num_classes = class_target.shape[1] - 1
+    other = mapping[anything_else]  # class of characters the pattern never names
 
     if alphabet.kind == "chars":
         symbol_class = np.array([mapping.get(c, other) for c in alphabet.chars], dtype=np.int64)
-        dfa = DFA(class_target[:, symbol_class], accepting, index[fsm.initial], alphabet)
+        dfa = DFA(class_target[:, symbol_class], accepting, start, alphabet)
     else:
-        dfa = _utf8_dfa(class_target, accepting, index[fsm.initial], mapping, other, num_classes, max_states)
+        dfa = _utf8_dfa(class_target, accepting, start, mapping, other, num_classes, max_states)
 
     dfa = dfa.minimise() if minimise else dfa.trim()  # both trim: an empty language keeps no accepting state
     if not dfa.accepting.any():
         raise EmptyLanguageError(f"regex {pattern!r} matches no string over the {alphabet.kind} alphabet")
     return dfa
+
+
+def _interegular_char_dfa(tree, max_states: int) -> glushkov.CharDFA:
+    """interegular's own construction, for what ``glushkov`` leaves out (lookaheads)."""
+    fsm = tree.to_fsm()
+    if len(fsm.states) > max_states:
+        raise StateLimitError(f"{len(fsm.states)} character states exceed max_states={max_states}")
+    states = sorted(fsm.states, key=repr)
+    index = {s: i for i, s in enumerate(states)}
+    mapping = dict(fsm.alphabet._symbol_mapping)
+    num_classes = max(mapping.values(), default=-1) + 1
+    mapping = {c: k for c, k in mapping.items() if c is anything_else or len(c) == 1}  # (?i)ß names 'SS' too
+    class_target = np.full((len(states), num_classes + 1), MISSING, dtype=np.int32)  # last column: no class
+    for s, row in fsm.map.items():
+        for symbol, nxt in row.items():
+            class_target[index[s], symbol] = index[nxt]
+    mapping.setdefault(anything_else, num_classes)  # characters the pattern never names: no class
+    return glushkov.CharDFA(class_target, np.array([s in fsm.finals for s in states], dtype=bool),
+                            index[fsm.initial], mapping)
 
 
 def _utf8_trie(mapping: dict, other: int, dead_class: int) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -198,33 +213,39 @@ def _utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, mappi
     K = 1 << 32
     root, levels = _utf8_trie(mapping, other, dead_class)
     num_char_states = class_target.shape[0]
-    offsets = np.cumsum([num_char_states] + [num_char_states * len(level) for level in levels])
+    # Only states with an edge on some multi-byte character get a copy of the trie's interior (a JSON object:
+    # 2 of 39 states, the two strings'); the others' multi-byte lead bytes go nowhere.
+    reads_multibyte = (class_target[:, np.unique(levels[0])] != MISSING).any(axis=1)
+    copy_of = np.where(reads_multibyte, np.cumsum(reads_multibyte) - 1, MISSING)
+    copies = int(reads_multibyte.sum())
+    offsets = np.cumsum([num_char_states] + [copies * len(level) for level in levels])
     total = int(offsets[-1])
     if total > max_states:
         raise StateLimitError(f"byte-level automaton would have {total} states, over max_states={max_states}")
     table = np.full((total, 256), MISSING, dtype=np.int32)
-    s = np.arange(num_char_states)[:, None]
 
-    def resolve(entries: np.ndarray, height_of_children: np.ndarray) -> np.ndarray:
-        """Targets, per char state (rows), of trie entries that are classes (height 0) or nodes (height h)."""
-        out = np.full((num_char_states, entries.size), MISSING, dtype=np.int64)
+    def resolve(entries: np.ndarray, height_of_children: np.ndarray, states: np.ndarray) -> np.ndarray:
+        """Targets, for each char state of ``states`` (rows), of trie entries that are classes (height 0) or
+        nodes (height h: the node in that state's copy of the trie, MISSING if it has none)."""
+        out = np.full((len(states), entries.size), MISSING, dtype=np.int64)
         flat_h, flat_id = height_of_children.ravel(), entries.ravel()
         is_class = flat_h == 0
-        out[:, is_class] = class_target[:, flat_id[is_class]]
+        out[:, is_class] = class_target[states][:, flat_id[is_class]]
+        copy = copy_of[states][:, None]
         for h in (1, 2, 3):
             sel = flat_h == h
             if sel.any():
-                base = offsets[h - 1]
-                out[:, sel] = base + s * len(levels[h - 1]) + flat_id[sel][None, :]
+                node = offsets[h - 1] + copy * len(levels[h - 1]) + flat_id[sel][None, :]
+                out[:, sel] = np.where(copy >= 0, node, MISSING)
         return out
 
     heights = root // K
-    table[:num_char_states] = resolve(root % K, heights)
+    table[:num_char_states] = resolve(root % K, heights, np.arange(num_char_states))
     for h, level in enumerate(levels, start=1):
         n = len(level)
         child_h = np.full(level.shape, h - 1)
-        block = resolve(level, child_h).reshape(num_char_states, n, 64)
-        rows = table[offsets[h - 1] : offsets[h]].reshape(num_char_states, n, 256)
+        block = resolve(level, child_h, np.flatnonzero(reads_multibyte)).reshape(copies, n, 64)
+        rows = table[offsets[h - 1] : offsets[h]].reshape(copies, n, 256)
         rows[:, :, 0x80:0xC0] = block
     table[table == np.int64(MISSING)] = MISSING
     return DFA(table, np.concatenate([accepting, np.zeros(total - num_char_states, bool)]), start, Alphabet.bytes())

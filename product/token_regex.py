@@ -1,10 +1,11 @@
 """Token-level regex automaton: which vocabulary token moves a byte-DFA state where.
 
 ``delta(q, t)`` is the state reached by walking token ``t``'s bytes from regex state ``q`` (the Outlines index).
-It is computed for every state at once by walking the vocabulary as a trie, level by level, with numpy: the
-frontier is the set of (trie node, origin state, current state) triples still alive, and one level of the walk
-expands every triple to its node's children and drops those whose byte has no edge. A byte that dies skips the
-node's whole subtree, so the work is the number of live (prefix, state) pairs, not states x vocabulary.
+It is computed by walking the vocabulary as a byte trie, depth first, from every state (a compiled loop): a
+byte with no edge skips the node's whole subtree, so the work is the number of live (prefix, state) pairs, not
+states x vocabulary. (The walk was level by level in numpy — expand the frontier of (node, origin, current)
+triples, drop the dead — at a pass and a temporary per step per level: 21 ms for the JSON object on GPT-2, 1.8 ms
+compiled.)
 
 Leaves out: anything about canonical tokenizations (``product.guide`` intersects this with the canonical
 automaton) and special tokens (they have no bytes and are never walked).
@@ -16,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from numba import njit
+
 from automata.dfa import DFA, concat_aranges, unique_rows
 from automata.errors import StateLimitError
 
@@ -24,32 +27,32 @@ __all__ = ["VocabularyTrie", "TokenTransitions"]
 
 @dataclass(frozen=True, eq=False)
 class VocabularyTrie:
-    """The byte trie of a vocabulary, stored level by level.
+    """The byte trie of a vocabulary, nodes numbered in preorder (the root is node 0).
 
-    Invariants: level ``d`` (1-based depth) holds the distinct ``d``-byte prefixes of regular tokens, sorted by
-    parent, as ``parents[d]`` (index into level ``d-1``; level 0 is the root alone) and ``byte_of[d]``;
-    ``child_start[d-1][p]:child_start[d-1][p+1]`` are the children of node ``p`` of level ``d-1``.
-    ``token_offsets[d]``/``token_ids[d]``: the tokens spelled exactly by each node of level ``d`` (several ids
-    can share bytes, e.g. ``A`` and its byte-fallback ``<0x41>``).
+    Invariants: node ``g`` sits at depth ``node_depth[g]`` and is reached from its parent by ``node_byte[g]``;
+    its subtree is the id range ``g:subtree_end[g]`` (so a walk that finds a byte dead skips straight to
+    ``subtree_end[g]``, and a walk that lives reads every array front to back); the tokens spelled exactly by
+    ``g`` are ``node_tokens[token_lo[g]:token_lo[g + 1]]`` (several ids can share bytes, e.g. ``A`` and its
+    byte-fallback ``<0x41>``). ``padded``/``lengths``/``ids``: the tokens with bytes, as a zero-padded byte matrix.
     """
 
     vocab_size: int
-    parents: list[np.ndarray]
-    byte_of: list[np.ndarray]
-    child_start: list[np.ndarray]
-    token_offsets: list[np.ndarray]
-    token_ids: list[np.ndarray]
+    node_depth: np.ndarray
+    node_byte: np.ndarray
+    subtree_end: np.ndarray
+    token_lo: np.ndarray
+    node_tokens: np.ndarray
     padded: np.ndarray  # uint8 [tokens with bytes, depth]: row r spells token ids[r], zero-padded
     lengths: np.ndarray
     ids: np.ndarray
 
     @property
     def depth(self) -> int:
-        return len(self.parents) - 1
+        return self.padded.shape[1]
 
     @property
     def num_nodes(self) -> int:
-        return sum(len(p) for p in self.parents)
+        return len(self.node_byte)
 
     @staticmethod
     def build(token_bytes: list[bytes | None]) -> "VocabularyTrie":
@@ -64,28 +67,18 @@ class VocabularyTrie:
 
     @staticmethod
     def _from_matrix(vocab_size: int, padded: np.ndarray, lengths: np.ndarray, ids: np.ndarray) -> "VocabularyTrie":
-        depth = padded.shape[1]
-        parents, byte_of, child_start = [np.zeros(0, np.int64)], [np.zeros(0, np.int64)], []
-        token_offsets, token_ids = [np.zeros(2, np.int64)], [np.zeros(0, np.int32)]
-        node_of = np.zeros(len(ids), dtype=np.int64)  # each token's prefix node at the current level
-        num_previous = 1
-        for d in range(1, depth + 1):
-            alive = lengths >= d
-            keys = node_of[alive] * 256 + padded[alive, d - 1].astype(np.int64)
-            unique, inverse = np.unique(keys, return_inverse=True)  # sorted by parent, then byte
-            node_of[alive] = inverse
-            parent, byte = unique // 256, unique % 256
-            parents.append(parent)
-            byte_of.append(byte)
-            child_start.append(np.searchsorted(parent, np.arange(num_previous + 1)))
-            ends_here = np.flatnonzero(lengths == d)
-            order = np.argsort(node_of[ends_here], kind="stable")
-            ending_nodes = node_of[ends_here][order]
-            token_ids.append(ids[ends_here][order].astype(np.int32))
-            token_offsets.append(np.searchsorted(ending_nodes, np.arange(len(unique) + 1)))
-            num_previous = len(unique)
-        child_start.append(np.zeros(num_previous + 1, dtype=np.int64))  # the deepest level has no children
-        return VocabularyTrie(vocab_size, parents, byte_of, child_start, token_offsets, token_ids, padded, lengths, ids)
+        # Preorder is the lexicographic order of the spellings, a prefix before its extensions: sort the
+        # zero-padded rows as raw bytes, ties (a spelling and itself plus zero bytes) by length.
+        by_length = np.argsort(lengths, kind="stable")
+        rows = np.ascontiguousarray(padded[by_length])
+        keys = rows.view(np.dtype((np.void, rows.shape[1]))).ravel() if rows.shape[1] else np.zeros(len(rows))
+        order = by_length[np.argsort(keys, kind="stable")]
+        node_depth, node_byte, subtree_end, node_of = _preorder_trie(np.ascontiguousarray(padded[order]),
+                                                                     lengths[order])
+        # tokens in spelling order have non-decreasing nodes: the CSR needs no further sort
+        token_lo = np.searchsorted(node_of, np.arange(len(node_byte) + 1))
+        return VocabularyTrie(vocab_size, node_depth, node_byte, subtree_end, token_lo,
+                              ids[order].astype(np.int32), padded, lengths, ids)
 
     def by_class(self, class_of_byte: np.ndarray) -> tuple["VocabularyTrie", np.ndarray, np.ndarray] | None:
         """The trie of the tokens' byte-*class* sequences, for a DFA whose bytes fall into few classes (bytes a
@@ -175,38 +168,13 @@ class TokenTransitions:
             table = dfa.transitions[:, representative]
         else:
             table = dfa.transitions
-        origin = np.arange(num_states, dtype=np.int64)  # frontier: (node at this level, origin, current)
-        current = origin.copy()
-        node = np.zeros(num_states, dtype=np.int64)
-        found_origin, found_token, found_target = [], [], []
-        total = 0
-        for d in range(1, trie.depth + 1):
-            starts = trie.child_start[d - 1]
-            counts = starts[node + 1] - starts[node]
-            if counts.sum() == 0:
-                break
-            repeat = np.repeat(np.arange(len(node)), counts)
-            child = concat_aranges(starts[node], starts[node + 1])
-            nxt = table[current[repeat], trie.byte_of[d][child]]
-            keep = nxt >= 0
-            node, origin, current = child[keep], origin[repeat[keep]], nxt[keep].astype(np.int64)
-            # tokens spelled by the surviving nodes
-            offsets = trie.token_offsets[d]
-            per = offsets[node + 1] - offsets[node]
-            if per.any():
-                which = np.repeat(np.arange(len(node)), per)
-                pos = concat_aranges(offsets[node], offsets[node + 1])
-                found_origin.append(origin[which])
-                found_token.append(trie.token_ids[d][pos])
-                found_target.append(current[which])
-                total += len(which)
-                if total > max_entries:
-                    raise StateLimitError(f"token transitions exceed max_entries={max_entries} "
-                                          f"({num_states} regex states)")
-        if found_origin:
-            o, t, q = (np.concatenate(x) for x in (found_origin, found_token, found_target))
-        else:
-            o, t, q = np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64)
+        table = np.ascontiguousarray(table)
+        walk = (table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo, trie.node_tokens, max_entries)
+        total = _walk(*walk, np.zeros(0, np.int64), np.zeros(0, np.int32), np.zeros(0, np.int64))
+        if total > max_entries:
+            raise StateLimitError(f"token transitions exceed max_entries={max_entries} ({num_states} regex states)")
+        o, t, q = np.empty(total, np.int64), np.empty(total, np.int32), np.empty(total, np.int64)
+        _walk(*walk, o, t, q)
         if grouped is not None:  # representatives back to their member tokens
             count = member_bounds[t + 1] - member_bounds[t]
             total = int(count.sum())
@@ -222,3 +190,74 @@ class TokenTransitions:
         o, t = np.divmod(origin_token, trie_vocab)
         offsets = np.searchsorted(o, np.arange(num_states + 1)).astype(np.int64)
         return TokenTransitions(offsets, t.astype(np.int32), q.astype(np.int32), dfa.accepting.copy(), int(dfa.start))
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, max_entries, origins, tokens, targets):
+    """Walk the preorder trie from every state of ``table`` (states x symbols), writing (origin, token, target)
+    of every token readable from each state into the output arrays — or, if they are empty, only counting them
+    (stopping past ``max_entries``). Returns the count. One forward scan per origin: a live node records its
+    state at its depth (its descendants read their parent's there), a dead one skips its subtree.
+
+    Two passes (count, then fill arrays of the exact size) because growing the outputs inside the loop made the
+    JSON object's walk on GPT-2 3.7x slower (6.8 vs 1.8 ms for 100k entries)."""
+    fill = len(origins) > 0
+    state_at = np.empty(int(node_depth.max()) + 1 if len(node_depth) else 1, dtype=np.int64)
+    count = 0
+    n = len(node_byte)
+    for origin in range(table.shape[0]):
+        state_at[0] = origin
+        node = 1
+        while node < n:
+            depth = node_depth[node]
+            state = table[state_at[depth - 1], node_byte[node]]
+            if state < 0:
+                node = subtree_end[node]
+                continue
+            state_at[depth] = state
+            lo, hi = token_lo[node], token_lo[node + 1]
+            if fill:
+                for k in range(lo, hi):
+                    origins[count], tokens[count], targets[count] = origin, node_tokens[k], state
+                    count += 1
+            else:
+                count += hi - lo
+                if count > max_entries:
+                    return count
+            node += 1
+    return count
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _preorder_trie(padded, lengths):
+    """The trie of spellings given in lexicographic order: per node its depth, byte and subtree end (preorder
+    ids), and each spelling's node. A spelling adds the nodes below its common prefix with the one before."""
+    total = 1 + int(lengths.sum())
+    node_depth = np.zeros(total, dtype=np.int64)
+    node_byte = np.zeros(total, dtype=np.int64)
+    node_of = np.empty(len(lengths), dtype=np.int64)
+    path = np.zeros(padded.shape[1] + 1, dtype=np.int64)  # node ids along the current spelling
+    n = 1
+    for i in range(len(lengths)):
+        length = lengths[i]
+        common = 0
+        if i > 0:
+            most = min(length, lengths[i - 1])
+            while common < most and padded[i, common] == padded[i - 1, common]:
+                common += 1
+        for d in range(common + 1, length + 1):
+            node_depth[n], node_byte[n] = d, padded[i, d - 1]
+            path[d] = n
+            n += 1
+        node_of[i] = path[length]
+    # a subtree ends at the next node no deeper than its root
+    subtree_end = np.full(n, n, dtype=np.int64)
+    stack = np.empty(padded.shape[1] + 1, dtype=np.int64)
+    top = 0
+    for g in range(n):
+        while top and node_depth[stack[top - 1]] >= node_depth[g]:
+            top -= 1
+            subtree_end[stack[top]] = g
+        stack[top] = g
+        top += 1
+    return node_depth[:n], node_byte[:n], subtree_end, node_of

@@ -235,6 +235,30 @@ def test_token_transitions_grouped_by_byte_class_equal_the_byte_walk(pattern, mo
         assert np.array_equal(getattr(built["grouped"], field), getattr(built["plain"], field)), field
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama3"])
+def test_token_transitions_are_the_dfa_run_over_each_tokens_bytes(name):
+    """delta(q, t) is the state reached by running t's bytes from q (or none): checked for every state on a
+    sample of the vocabulary that includes every token of at most two bytes (unfinished UTF-8 characters among
+    them) and random longer ones."""
+    from product import token_regex
+    from product.guide import vocabulary_trie
+
+    automaton = automaton_of(name)
+    dfa = from_regex(r'\{"k": "[^"\\\x00-\x1f]*", "n": [0-9]{1,3}\}|[a-zé ]{1,9}')
+    transitions = token_regex.TokenTransitions.build(dfa, vocabulary_trie(automaton))
+    lengths = np.diff(automaton.token_offsets)
+    short = np.flatnonzero(automaton.token_has_bytes & (lengths <= 2))
+    longer = np.flatnonzero(automaton.token_has_bytes & (lengths > 2))
+    sample = np.concatenate([short, np.random.default_rng(0).choice(longer, 3000, replace=False)])
+    blob = automaton.token_blob
+    for t in sample.tolist():
+        spelled = blob[automaton.token_offsets[t]:automaton.token_offsets[t + 1]].tolist()
+        for q in range(dfa.num_states):
+            expected = dfa.run(spelled, q)
+            assert transitions.target(q, t) == (expected if expected >= 0 else -1), (q, t)
+    assert len(transitions.tokens) > 0
+
+
 def test_bad_input_gets_typed_errors():
     ca = automaton_of("gpt2")
     with pytest.raises(RegexError):

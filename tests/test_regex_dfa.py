@@ -168,3 +168,82 @@ def test_multibyte_characters_become_byte_paths():
     assert not neg.accepts([0xED, 0xA0, 0x80]) and not neg.accepts([0xC0, 0x80])
     assert neg.accepts(list("\U0010ffff".encode())) and not neg.accepts([0xF4, 0x90, 0x80, 0x80])
     assert set(string.printable) - {"a", "\n"} <= {c for c in string.printable if neg.accepts(c)}
+
+
+# ---- the position construction (automata.glushkov) against interegular's own ---------------------------------
+
+EQUIVALENCE_PATTERNS = PATTERNS + [
+    r'\{"name": "[^"\\\x00-\x1f]*", "age": [0-9]{1,3}\}',
+    r"((25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)",
+    r"[a-z0-9._%+-]{1,40}@[a-z0-9.-]{1,40}\.[a-z]{2,6}",
+    r"\[([0-9]{1,6}(, [0-9]{1,6})*)?\]",
+    r"(?i)[a-c]x|ß", r"(?i:ab)c(?-i:d)", r"a{0}b", r"a{2,}", r"(a|)+", r"(a*)*b", r"((ab)?c){2,3}", r".{1,3}",
+    r"(?s).\n?", r"[^a-z]{0,2}[a-z]", r"(x|xy|xyz){1,3}", r"()", r"a|b|",
+]
+
+
+def _minimal(pattern, use_positions, monkeypatch):
+    import automata.glushkov as glushkov
+
+    if not use_positions:
+        monkeypatch.setattr(glushkov, "char_dfa", lambda tree, max_states: None)
+    dfa = from_regex(pattern)
+    monkeypatch.undo()
+    return dfa
+
+
+def _same_dfa(a, b):
+    return a.start == b.start and np.array_equal(a.transitions, b.transitions) and np.array_equal(a.accepting,
+                                                                                                   b.accepting)
+
+
+@pytest.mark.parametrize("pattern", EQUIVALENCE_PATTERNS)
+def test_position_construction_gives_interegulars_language(pattern, monkeypatch):
+    """Minimal DFAs numbered breadth-first are equal iff their languages are: the position construction must
+    give exactly the DFA interegular's FSM operations give."""
+    assert _same_dfa(_minimal(pattern, True, monkeypatch), _minimal(pattern, False, monkeypatch))
+
+
+_atom = st.sampled_from(["a", "b", "c", ".", "[ab]", "[^a]", "[^\\s\\S]", "\\d", "é", "(?i:a)"])
+
+
+def _regex(children):
+    return st.one_of(
+        st.tuples(children, children).map(lambda t: t[0] + t[1]),
+        st.tuples(children, children).map(lambda t: f"({t[0]}|{t[1]})"),
+        children.map(lambda r: f"({r})*"), children.map(lambda r: f"({r})+"), children.map(lambda r: f"({r})?"),
+        st.tuples(children, st.integers(0, 3), st.integers(0, 2)).map(lambda t: f"({t[0]}){{{t[1]},{t[1] + t[2]}}}"),
+        st.tuples(children, st.integers(0, 2)).map(lambda t: f"({t[0]}){{{t[1]},}}"))
+
+
+@settings(max_examples=150, deadline=None)
+@given(pattern=st.recursive(_atom, _regex, max_leaves=6))
+def test_position_construction_agrees_on_random_regexes(pattern):
+    import automata.glushkov as glushkov
+
+    try:
+        positions = from_regex(pattern)
+    except EmptyLanguageError:
+        positions = None
+    original = glushkov.char_dfa
+    glushkov.char_dfa = lambda tree, max_states: None
+    try:
+        reference = from_regex(pattern)
+    except EmptyLanguageError:
+        reference = None
+    finally:
+        glushkov.char_dfa = original
+    assert (positions is None) == (reference is None)
+    if positions is not None:
+        assert _same_dfa(positions, reference)
+
+
+def test_lookaheads_use_interegulars_construction():
+    dfa = from_regex(r"a(?=b)[a-c]c")
+    assert dfa.accepts("abc") and not dfa.accepts("acc")
+    assert re.fullmatch(r"a(?=b)[a-c]c", "abc") and not re.fullmatch(r"a(?=b)[a-c]c", "acc")
+
+
+def test_repetition_bounds_out_of_order_are_a_regex_error():
+    with pytest.raises(RegexError, match=r"minimum exceeds the maximum"):
+        from_regex(r"a{3,1}")
