@@ -307,6 +307,13 @@ def unique_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first, inverse.ravel()
 
 
+def row_bounds(counts: np.ndarray) -> np.ndarray:
+    """int64 bounds of compressed rows with ``counts`` entries each: row i is ``bounds[i]:bounds[i + 1]``."""
+    bounds = np.zeros(len(counts) + 1, dtype=np.int64)
+    np.cumsum(counts, out=bounds[1:])
+    return bounds
+
+
 def concat_aranges(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Concatenation of ``arange(lo[i], hi[i])`` for all i, without a Python loop (shared by the packages
     that slice CSR rows: ``automata``, ``product``)."""

@@ -48,7 +48,7 @@ from pathlib import Path
 
 import numpy as np
 
-from automata.dfa import unique_rows
+from automata.dfa import row_bounds, unique_rows
 from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
@@ -367,8 +367,7 @@ def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> Canonic
     after[shapes.byte_fallback | shapes.boundary_token] = 0
     after[after < 0] = 0  # never allowed anyway; keeps class ids in range
 
-    pending_offsets = np.zeros(len(builder.pending_rows) + 1, dtype=np.int64)
-    pending_offsets[1:] = np.cumsum([len(t) for t, _ in builder.pending_rows])
+    pending_offsets = row_bounds(np.array([len(t) for t, _ in builder.pending_rows], dtype=np.int64))
     cat = lambda parts, dtype: np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype)  # noqa: E731
     index_type = np.int16 if builder.num_contexts < 2**15 else np.int32
     return CanonicalAutomaton(
@@ -391,8 +390,7 @@ def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> Canonic
 
 def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
     lengths = np.array([len(b) if b is not None else 0 for b in tokenizer.token_bytes], dtype=np.int64)
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=offsets[1:])
+    offsets = row_bounds(lengths)
     return {
         "token_blob": np.frombuffer(b"".join(b for b in tokenizer.token_bytes if b is not None), dtype=np.uint8).copy(),
         "token_offsets": offsets,

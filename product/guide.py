@@ -39,7 +39,7 @@ from collections import OrderedDict
 import numpy as np
 
 from automata import EmptyLanguageError, StateLimitError, from_regex
-from automata.dfa import concat_aranges
+from automata.dfa import concat_aranges, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.forbidden import ForbiddenSets, pack
@@ -344,7 +344,7 @@ class Guide:
         parts = list(zip(*layers)) if layers else [[np.zeros(0, np.int64)], [np.zeros(0, np.int64)],
                                                     [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]]
         self._pending_nodes = np.concatenate(parts[0]).astype(np.int64)  # ascending (layers, then frontier order)
-        self._pending_bounds = np.concatenate([[0], np.cumsum(np.concatenate(parts[1]))]).astype(np.int64)
+        self._pending_bounds = row_bounds(np.concatenate(parts[1]))
         self._pending_tokens = np.concatenate(parts[2]).astype(np.int32)
         self._pending_inside = np.concatenate(parts[3])
         self._pending_mcs = A.after_class[self._pending_tokens]
@@ -372,7 +372,7 @@ class Guide:
         if which is not None:
             lo, hi = bounds[which], bounds[which + 1]
             entries = concat_aranges(lo, hi)
-            bounds = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
+            bounds = row_bounds(hi - lo)
             tokens, inside, mcs = tokens[entries], inside[entries], mcs[entries]
         _, _, Y, y_bounds, _, _ = split_rows(bounds, tokens, inside, np.full(len(tokens), -1, np.int64), mcs,
                                              self._status, self._dead_row, self._dead_bits)
@@ -477,10 +477,10 @@ class Guide:
                 Y, y_bounds = self._pending_rows(self._pending_index[pending])
                 lo, hi = entering_bounds[pending], entering_bounds[pending + 1]
                 candidates = entering[concat_aranges(lo, hi)]
-                class_bounds = np.concatenate([[0], np.cumsum(hi - lo)]).astype(np.int64)
+                class_bounds = row_bounds(hi - lo)
                 flags = self._forbidden.dead_flags(class_bounds, candidates, y_bounds, Y,
                                                    np.zeros(len(pending) + 1, np.int64), _NO_TOKENS)
-                dead_bounds = np.concatenate([[0], np.cumsum(flags)])[class_bounds]
+                dead_bounds = row_bounds(flags)[class_bounds]
                 apply(pending, dead_bounds, candidates[flags])
             changed = np.flatnonzero(changed_at >= round_start)
             if not len(changed):
