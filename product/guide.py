@@ -441,7 +441,7 @@ class Guide:
             """Record the dead classes of one node (the open nodes' path: scalar, no array set-up)."""
             if not len(dead):
                 status = NONE_DEAD
-            elif narrow[n] and len(dead) == num_entering[n]:
+            elif (narrow[n] and len(dead) == num_entering[n]) or len(dead) == self._M:
                 status = ALL_DEAD
             else:
                 status = PARTIAL

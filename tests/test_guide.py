@@ -344,6 +344,33 @@ def test_dead_classes_equal_the_automaton_sets():
     assert seen_dead  # the test exercised dead classes, not only live ones
 
 
+def test_dead_classes_over_every_class_equal_the_probes():
+    """Over every class (a wide node's candidates), up to two tokens are answered by one scan over all
+    intervals and the rest probed; the per-class probes alone (checked against the automaton's sets above) must
+    give the same classes."""
+    from product.guide import _forbidden_index
+
+    index = _forbidden_index(automaton_of("llama3"))
+    every = np.arange(index.a.num_merge_classes, dtype=np.int64)
+    one = lambda n: np.array([0, n], dtype=np.int64)  # noqa: E731
+    rng = np.random.default_rng(3)
+    packed = np.flatnonzero(index.dense_row >= 0)
+    members = np.flatnonzero(automaton_of("llama3").forbidden(int(packed[-1])))
+    seen_dead = 0
+    for Y, Z in [(rng.choice(members, 1), []), (rng.choice(members, 2, replace=False), []),
+                 (rng.choice(members, 1), rng.choice(index.a.vocab_size, 1)), ([], rng.choice(members, 1)),
+                 ([], rng.choice(index.a.vocab_size, 2, replace=False)),
+                 (rng.choice(members, 4, replace=False), rng.choice(index.a.vocab_size, 2, replace=False)),
+                 ([], rng.choice(index.a.vocab_size, 3, replace=False))]:
+        Y, Z = np.sort(np.asarray(Y, np.int32)), np.asarray(Z, np.int32)
+        fast = index.dead_classes(Y, Z, every)
+        slow = every[index.dead_flags(one(len(every)), every, one(len(Y)), Y, one(len(Z)), Z)]
+        assert np.array_equal(np.sort(fast), slow)
+        seen_dead += len(fast)
+    assert seen_dead and np.array_equal(index.dead_classes(np.zeros(0, np.int32), np.zeros(0, np.int32), every),
+                                        every)
+
+
 def test_node_table_numbers_keys_in_first_seen_order_across_growth():
     from product.node_kernels import NodeTable
 
