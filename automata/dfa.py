@@ -249,23 +249,30 @@ _KERNEL = dict(cache=True, nogil=True)
 
 
 @njit(**_KERNEL)
+def group_by(keys, values, num_keys):
+    """``values`` grouped by their ``keys`` (counting sort, stable; negative keys dropped): the values of key k are
+    ``grouped[bounds[k]:bounds[k + 1]]``. (Predecessor lists here and in ``product.guide``.)"""
+    bounds = np.zeros(num_keys + 1, dtype=np.int64)
+    for k in keys:
+        if k >= 0:
+            bounds[k + 1] += 1
+    for k in range(num_keys):
+        bounds[k + 1] += bounds[k]
+    fill = bounds[:-1].copy()
+    grouped = np.empty(bounds[num_keys], dtype=np.int64)
+    for i in range(len(keys)):
+        k = keys[i]
+        if k >= 0:
+            grouped[fill[k]] = values[i]
+            fill[k] += 1
+    return grouped, bounds
+
+
+@njit(**_KERNEL)
 def _coreachable(transitions, accepting):
-    """Backward search from the accepting states over a predecessor table built in two passes."""
+    """Backward search from the accepting states over their predecessor lists."""
     n, k = transitions.shape
-    count = np.zeros(n + 1, dtype=np.int64)
-    for s in range(n):
-        for j in range(k):
-            if transitions[s, j] >= 0:
-                count[transitions[s, j] + 1] += 1
-    start = np.cumsum(count)
-    fill = start[:-1].copy()
-    source = np.empty(start[-1], dtype=np.int64)
-    for s in range(n):
-        for j in range(k):
-            t = transitions[s, j]
-            if t >= 0:
-                source[fill[t]] = s
-                fill[t] += 1
+    source, start = group_by(transitions.ravel(), np.repeat(np.arange(n), k), n)
     seen = accepting.copy()
     stack = [s for s in range(n) if accepting[s]]
     while stack:

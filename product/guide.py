@@ -39,12 +39,12 @@ from collections import OrderedDict
 import numpy as np
 
 from automata import EmptyLanguageError, StateLimitError, from_regex
-from automata.dfa import concat_aranges, row_bounds
+from automata.dfa import concat_aranges, group_by, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.forbidden import ForbiddenSets, pack
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, distinct_targets,
-                                  entering_keys, group_by, mark_dead, open_edges, split_rows)
+                                  entering_keys, mark_dead, open_edges, split_rows)
 from product.token_regex import TokenTransitions, VocabularyTrie
 
 __all__ = ["Guide", "compile_regex", "InvalidTokenError"]

@@ -14,7 +14,6 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
 - ``split_rows``: rows X, Y, Z of many nodes at once (see ``product.guide``), testing each edge's targets for
   liveness against the nodes' dead merge classes.
 - ``entering_keys``, ``mark_dead``: the (node, merge class) pairs edges bring in; dead classes as bits.
-- ``group_by``: a compressed-row table from (key, value) pairs (predecessor lists).
 
 Leaves out: what X, Y, Z mean and how liveness is solved (``product.guide``); masks (``product.forbidden``).
 """
@@ -25,7 +24,7 @@ import numpy as np
 from numba import njit
 
 __all__ = ["NodeTable", "open_edges", "distinct_targets", "any_live_crossing", "split_rows", "entering_keys",
-           "group_by", "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
+           "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
 
@@ -92,26 +91,6 @@ class NodeTable:
         self.keys = np.zeros(capacity // 2, dtype=np.int64)
         _lookup_or_insert(known, 0, np.empty(len(known), dtype=np.int64), self._slot_keys, self._slot_ids, 0,
                           len(self.keys), self.keys)
-
-
-@njit(**_KERNEL)
-def group_by(keys, values, num_keys):
-    """``values`` grouped by their ``keys`` (counting sort, stable; negative keys dropped): the values of key k are
-    ``grouped[bounds[k]:bounds[k + 1]]``."""
-    bounds = np.zeros(num_keys + 1, dtype=np.int64)
-    for k in keys:
-        if k >= 0:
-            bounds[k + 1] += 1
-    for k in range(num_keys):
-        bounds[k + 1] += bounds[k]
-    fill = bounds[:-1].copy()
-    grouped = np.empty(bounds[num_keys], dtype=np.int64)
-    for i in range(len(keys)):
-        k = keys[i]
-        if k >= 0:
-            grouped[fill[k]] = values[i]
-            fill[k] += 1
-    return grouped, bounds
 
 
 @njit(**_KERNEL)
