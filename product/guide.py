@@ -273,17 +273,14 @@ class Guide:
             lo, hi = self._pending_row_bounds[i], self._pending_row_bounds[i + 1]
             self._forbidden.sparse_mask(None, _NO_TOKENS, self._pending_row_tokens[lo:hi], _NO_TOKENS, mc, out)
         else:
-            self._compute_open_mask(node, mc, out)
+            sparse, *rows = self._rows[node]
+            if sparse:
+                self._forbidden.sparse_mask(*rows, mc, out)
+            else:
+                self._forbidden.dense_mask(*rows, mc, out)
         if self._final[node]:
             for t in self.eos_token_ids:
                 out[t >> 5] |= np.uint32(1 << (t & 31))
-
-    def _compute_open_mask(self, node: int, mc: int, out: np.ndarray) -> None:
-        sparse, *rows = self._rows[node]
-        if sparse:
-            self._forbidden.sparse_mask(*rows, mc, out)
-        else:
-            self._forbidden.dense_mask(*rows, mc, out)
 
     # ---- compilation: explore nodes, then liveness --------------------------------------------------------
     #
