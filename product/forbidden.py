@@ -33,6 +33,9 @@ DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once 
 DENSE_BUDGET_BYTES = 256 << 20  # ... unless that exceeds this; then only the largest classes that fit
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
+_BLOCK_BITS = 8  # the stabbing index's blocks: 256 positions (GPT-2: 2.0k intervals a block, Llama-3: 3.3k)
+_UNPACK_MIN = 256  # dead_flags unpacks a class to test at least this many tokens against it
+_HELD_TOKENS = 4  # dead_classes answers up to this many tokens for every class at once
 
 
 @njit("void(uint32[::1], int32[::1])", **_KERNEL)
@@ -51,17 +54,50 @@ def _flip_forbidden(words, flips, order, starts, ends, lo, hi):
             words[w] ^= flips[w] & (np.uint32(1) << np.uint32(t & 31))
 
 
-@njit("boolean(int64, int32[::1], int32[::1], int64, int64)", **_KERNEL)
-def _is_member(position, starts, ends, lo, hi):
-    """Whether permutation position ``position`` lies in one of the intervals ``lo:hi`` (sorted, disjoint)."""
-    first = lo
-    while lo < hi:  # lo becomes the first interval starting after position
-        mid = (lo + hi) >> 1
-        if starts[mid] <= position:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo > first and position < ends[lo - 1]
+# Membership of a token in F[mc] is a binary search over the class's intervals (sorted, disjoint) for the token's
+# permutation position. The loops below write the search out: as a function called once per token (even with
+# numba's inline="always") it cost 1.4-2x more, and a 16.8k-token bit test through a helper 40x.
+
+@njit("void(uint32[::1], int32[::1], boolean, int32[::1], int32[::1], int32[::1], int64, int64)", **_KERNEL)
+def _set_if_member(words, tokens, member, position, starts, ends, lo, hi):
+    """Set the bit of each token whose membership in the intervals ``lo:hi`` is ``member``."""
+    for t in tokens:
+        p = position[t]
+        a, b = lo, hi
+        while a < b:  # a becomes the first interval starting after p
+            mid = (a + b) >> 1
+            if starts[mid] <= p:
+                a = mid + 1
+            else:
+                b = mid
+        if (a > lo and p < ends[a - 1]) == member:
+            words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@njit(**_KERNEL)
+def _all_members(tokens, member, position, starts, ends, lo, hi):
+    """Whether every token's membership in the intervals ``lo:hi`` is ``member`` (stops at the first that is not)."""
+    for t in tokens:
+        p = position[t]
+        a, b = lo, hi
+        while a < b:
+            mid = (a + b) >> 1
+            if starts[mid] <= p:
+                a = mid + 1
+            else:
+                b = mid
+        if (a > lo and p < ends[a - 1]) != member:
+            return False
+    return True
+
+
+@njit(**_KERNEL)
+def _all_bits(words, tokens, member):
+    """Whether every token's bit in ``words`` is ``member``."""
+    for t in tokens:
+        if ((words[t >> 5] >> np.uint32(t & 31)) & 1 == 1) != member:
+            return False
+    return True
 
 
 @njit("void(uint32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int64, int64)",
@@ -69,28 +105,18 @@ def _is_member(position, starts, ends, lo, hi):
 def _sparse_mask(words, X, Y, Z, position, starts, ends, lo, hi):
     """words |= X | (Y - F) | (Z & F), with F the intervals ``lo:hi``, testing each token of Y and Z."""
     _set_bits(words, X)
-    for t in Y:
-        if not _is_member(position[t], starts, ends, lo, hi):
-            words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-    for t in Z:
-        if _is_member(position[t], starts, ends, lo, hi):
-            words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+    _set_if_member(words, Y, False, position, starts, ends, lo, hi)
+    _set_if_member(words, Z, True, position, starts, ends, lo, hi)
 
 
 @njit(**_KERNEL)
-def _forbids(c, t, position, starts, ends, offsets, dense_row, dense):
-    row = dense_row[c]
-    if row >= 0:
-        return (dense[row, t >> 5] >> np.uint32(t & 31)) & 1 == 1
-    return _is_member(position[t], starts, ends, offsets[c], offsets[c + 1])
-
-
-@njit(**_KERNEL)
-def _dead_flags(class_bounds, classes, y_bounds, Y, z_bounds, Z, size, position, starts, ends, offsets,
-                dense_row, dense):
+def _dead_flags(class_bounds, classes, y_bounds, Y, z_bounds, Z, size, order, position, starts, ends, offsets,
+                dense_row, dense, scratch):
     """For row r and each class c of ``classes[class_bounds[r]:class_bounds[r + 1]]``: whether F[c] holds every
     token of the row's Y and none of its Z. Each class stops at its first counter-example (most fail on the
-    first probe or two); packed classes answer a probe with one bit."""
+    first probe or two); packed classes answer a probe with one bit. A row with at least ``_UNPACK_MIN`` tokens
+    to hold unpacks an unpacked class into ``scratch`` (all zero, and left so) first: |F[c]| >= |Y| bit flips,
+    then a bit a probe, instead of a binary search a probe."""
     dead = np.zeros(len(classes), dtype=np.bool_)
     for r in range(len(class_bounds) - 1):
         need = y_bounds[r + 1] - y_bounds[r]
@@ -98,28 +124,60 @@ def _dead_flags(class_bounds, classes, y_bounds, Y, z_bounds, Z, size, position,
             c = classes[j]
             if size[c] < need:
                 continue
-            ok = True
-            for k in range(y_bounds[r], y_bounds[r + 1]):
-                if not _forbids(c, Y[k], position, starts, ends, offsets, dense_row, dense):
-                    ok = False
-                    break
-            if ok:
-                for k in range(z_bounds[r], z_bounds[r + 1]):
-                    if _forbids(c, Z[k], position, starts, ends, offsets, dense_row, dense):
-                        ok = False
-                        break
+            row = dense_row[c]
+            y, z = Y[y_bounds[r]:y_bounds[r + 1]], Z[z_bounds[r]:z_bounds[r + 1]]
+            if row >= 0:
+                ok = _all_bits(dense[row], y, True) and _all_bits(dense[row], z, False)
+            elif need >= _UNPACK_MIN:
+                _toggle(scratch, order, starts, ends, offsets[c], offsets[c + 1])
+                ok = _all_bits(scratch, y, True) and _all_bits(scratch, z, False)
+                _toggle(scratch, order, starts, ends, offsets[c], offsets[c + 1])
+            else:
+                lo, hi = offsets[c], offsets[c + 1]
+                ok = (_all_members(y, True, position, starts, ends, lo, hi) and
+                      _all_members(z, False, position, starts, ends, lo, hi))
             dead[j] = ok
     return dead
 
 
 @njit(**_KERNEL)
-def _classes_holding(positions, starts, ends, interval_class, num_classes):
-    """bool[len(positions), num_classes]: whether F[c] holds the token at each permutation position, by one scan
-    over every interval."""
-    held = np.zeros((len(positions), num_classes), dtype=np.bool_)
+def _toggle(words, order, starts, ends, lo, hi):
+    """Flip the bits of the tokens of intervals ``lo:hi``."""
+    for i in range(lo, hi):
+        for p in range(starts[i], ends[i]):
+            t = order[p]
+            words[t >> 5] ^= np.uint32(1) << np.uint32(t & 31)
+
+
+@njit(**_KERNEL)
+def _block_index(starts, ends, num_blocks):
+    """For each block of ``2**_BLOCK_BITS`` permutation positions, the intervals overlapping it:
+    ``intervals[offsets[b]:offsets[b + 1]]``, ascending."""
+    offsets = np.zeros(num_blocks + 1, dtype=np.int64)
     for i in range(len(starts)):
-        for j in range(len(positions)):
-            if starts[i] <= positions[j] < ends[i]:
+        for b in range(starts[i] >> _BLOCK_BITS, ((ends[i] - 1) >> _BLOCK_BITS) + 1):
+            offsets[b + 1] += 1
+    for b in range(num_blocks):
+        offsets[b + 1] += offsets[b]
+    fill = offsets[:-1].copy()
+    intervals = np.empty(offsets[num_blocks], dtype=np.int32)
+    for i in range(len(starts)):
+        for b in range(starts[i] >> _BLOCK_BITS, ((ends[i] - 1) >> _BLOCK_BITS) + 1):
+            intervals[fill[b]] = i
+            fill[b] += 1
+    return offsets, intervals
+
+
+@njit(**_KERNEL)
+def _classes_holding(positions, offsets, intervals, starts, ends, interval_class, num_classes):
+    """bool[len(positions), num_classes]: whether F[c] holds the token at each permutation position, testing only
+    the intervals that overlap the position's block."""
+    held = np.zeros((len(positions), num_classes), dtype=np.bool_)
+    for j in range(len(positions)):
+        p = positions[j]
+        for k in range(offsets[p >> _BLOCK_BITS], offsets[(p >> _BLOCK_BITS) + 1]):
+            i = intervals[k]
+            if starts[i] <= p < ends[i]:
                 held[j, interval_class[i]] = True
     return held
 
@@ -153,7 +211,8 @@ class ForbiddenSets:
         self.dense_row = np.full(M, -1, dtype=np.int64)
         self.dense_row[dense] = np.arange(len(dense))
         self.dense = np.zeros((len(dense), self.num_words), dtype=np.uint32)
-        self._interval_class = None  # class of each interval, built on first use (dead_classes)
+        self._scratch = np.zeros(self.num_words, dtype=np.uint32)  # _dead_flags' unpacked class (zero between calls)
+        self._stabbing = None  # (block offsets, block intervals, class of each interval), built on first use
         everything = np.full(self.num_words, np.uint32(0xFFFFFFFF))
         for row, mc in enumerate(dense.tolist()):
             self._flip(self.dense[row], everything, mc)
@@ -190,28 +249,24 @@ class ForbiddenSets:
         Y ⊆ F[c] and Z ∩ F[c] = ∅."""
         a = self.a
         return _dead_flags(class_bounds, classes.astype(np.int64, copy=False), y_bounds, Y, z_bounds, Z,
-                           self.size, a.forbid_position, a.forbid_starts, a.forbid_ends, a.forbid_offsets,
-                           self.dense_row, self.dense)
+                           self.size, a.forbid_order, a.forbid_position, a.forbid_starts, a.forbid_ends,
+                           a.forbid_offsets, self.dense_row, self.dense, self._scratch)
 
     def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """The merge classes mc among ``classes`` with Y ⊆ F[mc] and Z ∩ F[mc] = ∅ (one row of ``dead_flags``).
 
         A node with a wide row can have every class as a candidate (14k on GPT-2, 36k on Llama-3), and probing a
         class costs a binary search over its intervals (Llama-3, Y of one token over 36k classes: 7 ms). So with
-        many candidates, up to two tokens (Y's first) are answered for every class at once by one scan over all
-        intervals (GPT-2's 318k: ~0.3 ms, Llama-3's 1.2 M: ~2 ms), and only the classes that pass are probed
-        with the rest. With nothing to hold or avoid, every candidate is dead."""
+        many candidates, up to ``_HELD_TOKENS`` tokens (Y's first) are answered for every class at once from a
+        stabbing index (the intervals overlapping each block of positions), and only the classes that pass are
+        probed with the rest. With nothing to hold or avoid, every candidate is dead."""
         if not len(Y) and not len(Z):
             return classes
-        a = self.a
-        if 100 * len(classes) > len(a.forbid_starts):
-            if self._interval_class is None:
-                self._interval_class = np.repeat(np.arange(a.num_merge_classes, dtype=np.int32),
-                                                 np.diff(a.forbid_offsets))
-            in_y, in_z = Y[:2], Z[: 2 - len(Y[:2])]
-            tokens = np.concatenate([in_y, in_z]).astype(np.int64)
-            held = _classes_holding(a.forbid_position[tokens].astype(np.int64), a.forbid_starts, a.forbid_ends,
-                                    self._interval_class, a.num_merge_classes)
+        if len(classes) > 256:
+            in_y = Y[:_HELD_TOKENS]
+            in_z = Z[: _HELD_TOKENS - len(in_y)]
+            positions = self.a.forbid_position[np.concatenate([in_y, in_z]).astype(np.int64)].astype(np.int64)
+            held = _classes_holding(positions, *self._stabbing_index(), self.a.num_merge_classes)
             dead = held[: len(in_y)].all(axis=0) & ~held[len(in_y):].any(axis=0)
             classes = classes[dead[classes]]
             if len(in_y) + len(in_z) == len(Y) + len(Z) or not len(classes):
@@ -220,6 +275,15 @@ class ForbiddenSets:
         flags = self.dead_flags(one(len(classes)), classes, one(len(Y)), Y.astype(np.int32, copy=False),
                                 one(len(Z)), Z.astype(np.int32, copy=False))
         return classes[flags]
+
+    def _stabbing_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        if self._stabbing is None:
+            a = self.a
+            num_blocks = (a.vocab_size >> _BLOCK_BITS) + 1
+            offsets, intervals = _block_index(a.forbid_starts, a.forbid_ends, num_blocks)
+            interval_class = np.repeat(np.arange(a.num_merge_classes, dtype=np.int32), np.diff(a.forbid_offsets))
+            self._stabbing = (offsets, intervals, a.forbid_starts, a.forbid_ends, interval_class)
+        return self._stabbing
 
     def classes_by_size(self, at_least: int) -> np.ndarray:
         """The merge classes whose forbidden set has at least ``at_least`` tokens, largest first."""

@@ -322,8 +322,10 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets():
 
 def test_dead_classes_equal_the_automaton_sets():
     """Liveness asks which classes forbid every token of Y and none of Z; the kernel stops each class at its
-    first counter-example and reads packed classes bit by bit. Checked against the automaton's own sets, for Y
-    drawn from inside one class's set (so some classes are dead) and for Z empty or not."""
+    first counter-example, reads packed classes bit by bit and unpacks the others for a long Y. Checked against
+    the automaton's own sets, for Y drawn from inside one class's set (so some classes are dead) and for Z empty
+    or not."""
+    from product.forbidden import _UNPACK_MIN
     from product.guide import _forbidden_index
 
     automaton = automaton_of("llama3")
@@ -331,13 +333,16 @@ def test_dead_classes_equal_the_automaton_sets():
     rng = np.random.default_rng(1)
     packed = np.flatnonzero(index.dense_row >= 0)
     walked = np.flatnonzero((index.dense_row < 0) & (index.size > 0))
-    classes = np.concatenate([packed[:40], packed[-40:], walked[:40], walked[-40:], [0]])
+    largest_walked = walked[np.argsort(-index.size[walked])[:40]]  # unpacked for a long Y
+    classes = np.concatenate([packed[:40], packed[-40:], walked[:40], walked[-40:], largest_walked, [0]])
     sets = {int(c): automaton.forbidden(int(c)) for c in classes}
     seen_dead = 0
-    for source in [packed[-1], packed[0], walked[-1], walked[0]]:
+    for source, size in [(packed[-1], 5), (packed[0], 5), (walked[-1], 5), (walked[0], 5),
+                         (largest_walked[0], _UNPACK_MIN + 1), (packed[-1], 2 * _UNPACK_MIN)]:
         members = np.flatnonzero(automaton.forbidden(int(source)))
-        Y = np.sort(rng.choice(members, min(5, len(members)), replace=False)).astype(np.int32)
-        for Z in (np.zeros(0, np.int32), rng.choice(automaton.vocab_size, 3, replace=False).astype(np.int32)):
+        Y = np.sort(rng.choice(members, min(size, len(members)), replace=False)).astype(np.int32)
+        spoiler = rng.choice(np.setdiff1d(members, Y), 1).astype(np.int32)  # keeps ``source`` itself alive
+        for Z in (np.zeros(0, np.int32), rng.choice(automaton.vocab_size, 3, replace=False).astype(np.int32), spoiler):
             expected = [c for c in classes.tolist() if sets[c][Y].all() and not sets[c][Z].any()]
             assert sorted(index.dead_classes(Y, Z, classes).tolist()) == sorted(expected)
             seen_dead += len(expected)
@@ -345,9 +350,9 @@ def test_dead_classes_equal_the_automaton_sets():
 
 
 def test_dead_classes_over_every_class_equal_the_probes():
-    """Over every class (a wide node's candidates), up to two tokens are answered by one scan over all
-    intervals and the rest probed; the per-class probes alone (checked against the automaton's sets above) must
-    give the same classes."""
+    """Over every class (a wide node's candidates), a few tokens are answered for all classes from the index of
+    intervals by block of positions and the rest probed; the per-class probes alone (checked against the
+    automaton's sets above) must give the same classes."""
     from product.guide import _forbidden_index
 
     index = _forbidden_index(automaton_of("llama3"))
@@ -361,6 +366,7 @@ def test_dead_classes_over_every_class_equal_the_probes():
                  (rng.choice(members, 1), rng.choice(index.a.vocab_size, 1)), ([], rng.choice(members, 1)),
                  ([], rng.choice(index.a.vocab_size, 2, replace=False)),
                  (rng.choice(members, 4, replace=False), rng.choice(index.a.vocab_size, 2, replace=False)),
+                 (rng.choice(members, 9, replace=False), []), (np.arange(3), []),  # early ids sit in crowded blocks
                  ([], rng.choice(index.a.vocab_size, 3, replace=False))]:
         Y, Z = np.sort(np.asarray(Y, np.int32)), np.asarray(Z, np.int32)
         fast = index.dead_classes(Y, Z, every)
@@ -369,6 +375,32 @@ def test_dead_classes_over_every_class_equal_the_probes():
         seen_dead += len(fast)
     assert seen_dead and np.array_equal(index.dead_classes(np.zeros(0, np.int32), np.zeros(0, np.int32), every),
                                         every)
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3"])
+def test_token_groups_move_alike_in_every_open_context(name):
+    """A node's edges are token groups of its regex state's row: the groups partition the row, and every token
+    of a group reaches the group's target state and has the same context after it, in every open context, both
+    ways (inside the piece and across a boundary)."""
+    from product import token_regex
+    from product.guide import _token_signatures, vocabulary_trie
+    from product.node_kernels import group_row
+
+    automaton = automaton_of(name)
+    signature, inside_of, boundary_of = _token_signatures(automaton)
+    open_contexts = automaton.num_open_contexts
+    assert np.array_equal(inside_of[:, signature], automaton.inside_next[:open_contexts])
+    assert np.array_equal(boundary_of[:, signature], automaton.boundary_next[:open_contexts])
+    pattern = r'"[^"\\\x00-\x1f]*", [0-9]{1,3}'  # a free-text state beside narrow ones
+    transitions = token_regex.TokenTransitions.build(from_regex(pattern), vocabulary_trie(automaton))
+    for q in range(transitions.num_states):
+        tokens, targets = transitions.row(q)
+        grouped, bounds, group_target, group_signature = group_row(tokens, targets, signature, inside_of.shape[1])
+        assert np.array_equal(np.sort(grouped), tokens)
+        owner = np.repeat(np.arange(len(bounds) - 1), np.diff(bounds))
+        assert np.array_equal(targets[np.searchsorted(tokens, grouped)], group_target[owner])
+        assert np.array_equal(signature[grouped], group_signature[owner])
+        assert len(np.unique(group_target * inside_of.shape[1] + group_signature)) == len(group_target)
 
 
 def test_node_table_numbers_keys_in_first_seen_order_across_growth():
