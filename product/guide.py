@@ -45,7 +45,8 @@ from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.forbidden import ForbiddenSets, pack
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
-                                  distinct_targets, entering_keys, group_row, mark_dead, split_rows)
+                                  distinct_targets, entering_keys, group_row, live_inside, mark_dead,
+                                  pending_edges, split_rows)
 from product.token_regex import TokenTransitions, VocabularyTrie
 
 __all__ = ["Guide", "compile_regex", "InvalidTokenError"]
@@ -272,11 +273,12 @@ class Guide:
         class-dependent tokens (most of the float regex's have none): testing those beats walking F[mc]."""
         n = self.num_words
         if len(Y) + len(Z) <= _SPARSE_LIMIT:
-            tokens = [np.asarray(a, dtype=np.int32) for a in (X, Y, Z)]
+            # rows come grouped (``_OpenEdges``); a mask walks token arrays faster in id order (its words in order)
+            Y, Z = (np.sort(a).astype(np.int32, copy=False) for a in (Y, Z))
             if len(X) > _SPARSE_LIMIT:
-                self._rows[node] = (True, pack(X, n), _NO_TOKENS, tokens[1], tokens[2])
+                self._rows[node] = (True, pack(X, n), _NO_TOKENS, Y, Z)
             else:
-                self._rows[node] = (True, None, *tokens)
+                self._rows[node] = (True, None, np.sort(X).astype(np.int32, copy=False), Y, Z)
         else:
             X = pack(X, n)
             XY = X | pack(Y, n)
@@ -340,29 +342,11 @@ class Guide:
                 inside, boundary = node_ids(inside), node_ids(boundary)
                 self._open_edges[n] = _OpenEdges(groups, inside, boundary, group_tokens, group_bounds, num_tokens)
                 self._successors[n] = distinct_targets(inside, boundary, len(table))
-            if not is_open.all():  # completing tokens of the unfinished character that the regex also allows
-                pending, q, row = frontier[~is_open], qs[~is_open], ctxs[~is_open] - num_open
-                lo, hi = A.pending_offsets[row], A.pending_offsets[row + 1]
-                entries = concat_aranges(lo, hi)
-                owner = np.repeat(np.arange(len(pending)), hi - lo)
-                # The regex's move on each completing token, searched state by state in that state's row: pending
-                # nodes sit in a few regex states (a character's unfinished bytes), and a search in one row
-                # stays in cache where one over all rows did not.
-                state_of = q[owner]
-                by_state = np.argsort(state_of, kind="stable")
-                states, starts = np.unique(state_of[by_state], return_index=True)
-                targets = np.full(len(entries), -1, dtype=np.int64)
-                for state, a, b in zip(states.tolist(), starts.tolist(), np.append(starts[1:], len(entries)).tolist()):
-                    at = by_state[a:b]
-                    row_tokens, row_targets = R.row(state)
-                    tokens = A.pending_tokens[entries[at]]
-                    i = np.minimum(np.searchsorted(row_tokens, tokens), max(len(row_tokens) - 1, 0))
-                    if len(row_tokens):
-                        targets[at] = np.where(row_tokens[i] == tokens, row_targets[i], -1)
-                hit = targets >= 0
-                entries, owner, targets = entries[hit], owner[hit], targets[hit]
-                inside = node_ids(targets * num_ctx + A.pending_next[entries])
-                layers.append((pending, np.bincount(owner, minlength=len(pending)), A.pending_tokens[entries], inside))
+            if not is_open.all():  # completing tokens of the unfinished character that the regex also reads
+                counts, tokens, keys = pending_edges(qs[~is_open], ctxs[~is_open] - num_open, A.pending_offsets,
+                                                     A.pending_tokens, A.pending_next, R.offsets, R.tokens, R.targets,
+                                                     num_ctx)
+                layers.append((frontier[~is_open], counts, tokens, node_ids(keys)))
         N = len(table)
         self._node_q, self._node_ctx = (a.astype(np.int64) for a in np.divmod(table.keys[:N], num_ctx))
         self._node_of = dict(zip(zip(self._node_q.tolist(), self._node_ctx.tolist()), range(N)))
@@ -375,7 +359,7 @@ class Guide:
         self._pending_bounds = row_bounds(np.concatenate(parts[1]))
         self._pending_tokens = np.concatenate(parts[2]).astype(np.int32)
         self._pending_inside = np.concatenate(parts[3])
-        # for the kernels on token groups, each pending edge is a group of one token
+        # for entering_keys, which takes token groups, each pending edge is a group of one token
         self._pending_unit_bounds = np.arange(len(self._pending_tokens) + 1)
         self._pending_edges = self._pending_unit_bounds[:-1]
         self._pending_index = np.full(N, -1, dtype=np.int64)
@@ -398,16 +382,13 @@ class Guide:
     def _pending_rows(self, which: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Row Y (and its bounds) of the pending nodes ``self._pending_nodes[which]`` (all if None): a pending
         node has only inside moves, so X = Z = ∅."""
-        bounds, edges = self._pending_bounds, self._pending_edges
+        bounds, tokens, inside = self._pending_bounds, self._pending_tokens, self._pending_inside
         if which is not None:
             lo, hi = bounds[which], bounds[which + 1]
             edges = concat_aranges(lo, hi)
-            bounds = row_bounds(hi - lo)
-        _, _, Y, y_bounds, _, _ = split_rows(bounds, edges, self._pending_inside[edges], np.full(len(edges), -1),
-                                             self._pending_tokens, self._pending_unit_bounds,
-                                             self._automaton.after_class, self._status, self._dead_row,
-                                             self._dead_bits)
-        return Y, y_bounds
+            bounds, tokens, inside = row_bounds(hi - lo), tokens[edges], inside[edges]
+        return live_inside(bounds, tokens, inside, self._automaton.after_class, self._status, self._dead_row,
+                           self._dead_bits)
 
     _WIDE_ROW = 4096  # open nodes with more candidate tokens take their candidate classes from F's sizes instead
 

@@ -13,13 +13,14 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
   move every node of the state alike, so a node's edges are a few hundred groups, not a row over the vocabulary
   (JSON object, side by side: GPT-2 2,883 groups for 1.4 M edges, guide 62 -> 26 ms; Llama-3 208 -> 86 ms).
 - ``context_edges``, ``distinct_targets``: the edges (groups) of a node with no unfinished character; its
-  successors.
+  successors. ``pending_edges``: the edges (single tokens) of nodes inside an unfinished character.
 - ``any_live_crossing``: whether row X is non-empty (then no merge class of the node is dead).
 - ``split_rows``: rows X, Y, Z of many nodes at once (see ``product.guide``), testing each edge's targets for
   liveness against the nodes' dead merge classes; a target with no partial liveness decides its whole group.
+- ``live_inside``: row Y of pending nodes (single-token edges, inside the piece only).
 - ``entering_keys``, ``mark_dead``: the (node, merge class) pairs edges bring in; dead classes as bits.
 
-A pending node's edges (one token each) go through the same kernels as groups of one token.
+A pending node's edges are single tokens; ``entering_keys`` takes them as groups of one token.
 
 Leaves out: what X, Y, Z mean and how liveness is solved (``product.guide``); masks (``product.forbidden``).
 """
@@ -31,8 +32,8 @@ from numba import njit
 
 from automata.dfa import group_by
 
-__all__ = ["NodeTable", "group_row", "context_edges", "distinct_targets", "any_live_crossing", "split_rows",
-           "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
+__all__ = ["NodeTable", "group_row", "context_edges", "pending_edges", "distinct_targets", "any_live_crossing",
+           "split_rows", "live_inside", "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
 
@@ -162,6 +163,39 @@ def context_edges(group_target, group_signature, group_bounds, inside_of_signatu
 
 
 @njit(**_KERNEL)
+def pending_edges(states, rows, pending_offsets, pending_tokens, pending_next, row_offsets, row_tokens, row_targets,
+                  num_contexts):
+    """The edges of pending nodes (node i: regex state ``states[i]``, pending row ``rows[i]`` of the canonical
+    automaton): the row's completing tokens that the regex state also reads, each with the key of the node it
+    reaches (target state, context after the token). Both lists are sorted by token, so each search starts where
+    the last one ended. Returns the edge count of each node, the tokens and the keys."""
+    total = 0
+    for i in range(len(states)):
+        total += pending_offsets[rows[i] + 1] - pending_offsets[rows[i]]
+    counts = np.zeros(len(states), dtype=np.int64)
+    tokens = np.empty(total, dtype=np.int32)
+    keys = np.empty(total, dtype=np.int64)
+    k = 0
+    for i in range(len(states)):
+        lo, hi = row_offsets[states[i]], row_offsets[states[i] + 1]
+        for e in range(pending_offsets[rows[i]], pending_offsets[rows[i] + 1]):
+            t = pending_tokens[e]
+            b = hi
+            while lo < b:  # lo becomes the state's first token >= t
+                mid = (lo + b) >> 1
+                if row_tokens[mid] < t:
+                    lo = mid + 1
+                else:
+                    b = mid
+            if lo < hi and row_tokens[lo] == t:
+                tokens[k] = t
+                keys[k] = np.int64(row_targets[lo]) * num_contexts + pending_next[e]
+                counts[i] += 1
+                k += 1
+    return counts, tokens[:k], keys[:k]
+
+
+@njit(**_KERNEL)
 def distinct_targets(inside, boundary, num_nodes):
     """The distinct node ids (>= 0) among ``inside`` and ``boundary``, ascending."""
     seen = np.zeros(num_nodes, dtype=np.bool_)
@@ -252,6 +286,29 @@ def split_rows(bounds, groups, inside, boundary, group_tokens, group_bounds, aft
                     nz = k
         row_bounds[0, r + 1], row_bounds[1, r + 1], row_bounds[2, r + 1] = nx, ny - n, nz - 2 * n
     return out[:nx], row_bounds[0], out[n:ny], row_bounds[1], out[2 * n:nz], row_bounds[2]
+
+
+@njit(**_KERNEL)
+def live_inside(bounds, tokens, inside, after_class, status, dead_row, dead_bits):
+    """Row Y of nodes whose edges are single tokens that continue the piece (pending nodes: edge i moves by
+    ``tokens[i]`` to node ``inside[i]``; node r's edges are ``bounds[r]:bounds[r + 1]``): the tokens reaching a
+    live target, and their per-node bounds. (``split_rows`` on groups of one token costs twice this.)"""
+    Y = np.empty(len(tokens), dtype=np.int32)
+    y_bounds = np.zeros(len(bounds), dtype=np.int64)
+    k = 0
+    for r in range(len(bounds) - 1):
+        for i in range(bounds[r], bounds[r + 1]):
+            node = inside[i]
+            if status[node] == ALL_DEAD:
+                continue
+            if status[node] == PARTIAL:
+                mc = after_class[tokens[i]]
+                if (dead_bits[dead_row[node], mc >> 3] >> (mc & 7)) & 1:
+                    continue
+            Y[k] = tokens[i]
+            k += 1
+        y_bounds[r + 1] = k
+    return Y[:k], y_bounds
 
 
 @njit(**_KERNEL)
