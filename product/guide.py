@@ -46,7 +46,7 @@ from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.forbidden import ForbiddenSets, pack
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
-                                  pending_edges, split_rows)
+                                  pending_edges, split_rows, stale_predecessors)
 from product.token_regex import TokenTransitions, VocabularyTrie
 
 __all__ = ["Guide", "compile_regex", "InvalidTokenError"]
@@ -408,8 +408,7 @@ class Guide:
         keys.append(entering_keys(self._pending_edges, self._pending_inside, self._pending_tokens,
                                   self._pending_unit_bounds, after_class, narrow, M))
         distinct = NodeTable()  # a hash set: edges into a node share a few classes (sorting them all cost 0.3 s)
-        for part in keys:
-            distinct.ids(part)
+        distinct.ids(np.concatenate(keys))
         node, entering = np.divmod(np.sort(distinct.keys[:len(distinct)]), M)
         entering_bounds = np.searchsorted(node, np.arange(N + 1))
         # predecessors, from open nodes' successor lists and pending edges (a pending node can reach one target by
@@ -501,11 +500,7 @@ class Guide:
             changed = np.flatnonzero(changed_at >= round_start)
             if not len(changed):
                 break
-            links = concat_aranges(pred_bounds[changed], pred_bounds[changed + 1])
-            successor_change = np.repeat(changed_at[changed], pred_bounds[changed + 1] - pred_bounds[changed])
-            stale = pred_source[links][computed_at[pred_source[links]] <= successor_change]
-            dirty = np.unique(stale)
-            dirty = dirty[~self._final[dirty]]
+            dirty = stale_predecessors(changed, changed_at, computed_at, pred_bounds, pred_source, self._final)
 
     def _set_dead(self, nodes: np.ndarray, counts: np.ndarray, dead: np.ndarray) -> None:
         """Record the dead merge classes of partial nodes (node i: ``counts[i]`` classes of ``dead``, in order) in

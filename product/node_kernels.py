@@ -18,6 +18,7 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
 - ``split_rows``: rows X, Y, Z of many nodes at once (see ``product.guide``), testing each edge's targets for
   liveness against the nodes' dead merge classes; a target with no partial liveness decides its whole group.
 - ``live_inside``: row Y of pending nodes (single-token edges, inside the piece only).
+- ``stale_predecessors``: the nodes the liveness fixpoint must compute again.
 - ``entering_keys``, ``mark_dead``: the (node, merge class) pairs edges bring in; dead classes as bits.
 
 A pending node's edges are single tokens; ``entering_keys`` takes them as groups of one token.
@@ -33,7 +34,8 @@ from numba import njit
 from automata.dfa import group_by
 
 __all__ = ["NodeTable", "group_row", "context_edges", "pending_edges", "distinct_targets", "any_live_crossing",
-           "split_rows", "live_inside", "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
+           "split_rows", "live_inside", "stale_predecessors",
+           "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
 
@@ -309,6 +311,19 @@ def live_inside(bounds, tokens, inside, after_class, status, dead_row, dead_bits
             k += 1
         y_bounds[r + 1] = k
     return Y[:k], y_bounds
+
+
+@njit(**_KERNEL)
+def stale_predecessors(changed, changed_at, computed_at, pred_bounds, pred_source, final):
+    """The non-final nodes, ascending, computed no later than a successor among ``changed`` last changed
+    (``pred_source[pred_bounds[n]:pred_bounds[n + 1]]`` are n's predecessors, possibly repeated)."""
+    stale = np.zeros(len(final), dtype=np.bool_)
+    for n in changed:
+        for k in range(pred_bounds[n], pred_bounds[n + 1]):
+            source = pred_source[k]
+            if computed_at[source] <= changed_at[n] and not final[source]:
+                stale[source] = True
+    return np.flatnonzero(stale)
 
 
 @njit(**_KERNEL)
