@@ -13,7 +13,8 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
   move every node of the state alike, so a node's edges are a few hundred groups, not a row over the vocabulary
   (JSON object, side by side: GPT-2 2,883 groups for 1.4 M edges, guide 62 -> 26 ms; Llama-3 208 -> 86 ms).
 - ``context_edges``, ``distinct_targets``: the edges (groups) of a node with no unfinished character; its
-  successors. ``pending_edges``: the edges (single tokens) of nodes inside an unfinished character.
+  successors. ``pending_edges``, ``pending_links``: the edges (single tokens) of nodes inside an unfinished
+  character; their distinct targets.
 - ``any_live_crossing``: whether row X is non-empty (then no merge class of the node is dead).
 - ``split_rows``: rows X, Y, Z of many nodes at once (see ``product.guide``), testing each edge's targets for
   liveness against the nodes' dead merge classes; a target with no partial liveness decides its whole group.
@@ -33,7 +34,7 @@ from numba import njit
 
 from automata.dfa import group_by
 
-__all__ = ["NodeTable", "group_row", "context_edges", "pending_edges", "distinct_targets", "any_live_crossing",
+__all__ = ["NodeTable", "group_row", "context_edges", "pending_edges", "pending_links", "distinct_targets", "any_live_crossing",
            "split_rows", "live_inside", "stale_predecessors",
            "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
@@ -210,6 +211,23 @@ def distinct_targets(inside, boundary, num_nodes):
 
 
 @njit(**_KERNEL)
+def pending_links(nodes, bounds, inside, num_nodes):
+    """(source, target) for each pending node ``nodes[i]`` and each distinct target among its edges
+    ``inside[bounds[i]:bounds[i + 1]]`` (a pending node reaches one target by many tokens)."""
+    last = np.full(num_nodes, -1, dtype=np.int64)  # the last i that linked to each target
+    sources = np.empty(len(inside), dtype=np.int64)
+    targets = np.empty(len(inside), dtype=np.int64)
+    k = 0
+    for i in range(len(nodes)):
+        for e in range(bounds[i], bounds[i + 1]):
+            if last[inside[e]] != i:
+                last[inside[e]] = i
+                sources[k], targets[k] = nodes[i], inside[e]
+                k += 1
+    return sources[:k], targets[:k]
+
+
+@njit(**_KERNEL)
 def _live(node, mc, status, dead_row, dead_bits):
     if node < 0:
         return False
@@ -316,7 +334,7 @@ def live_inside(bounds, tokens, inside, after_class, status, dead_row, dead_bits
 @njit(**_KERNEL)
 def stale_predecessors(changed, changed_at, computed_at, pred_bounds, pred_source, final):
     """The non-final nodes, ascending, computed no later than a successor among ``changed`` last changed
-    (``pred_source[pred_bounds[n]:pred_bounds[n + 1]]`` are n's predecessors, possibly repeated)."""
+    (``pred_source[pred_bounds[n]:pred_bounds[n + 1]]`` are n's predecessors)."""
     stale = np.zeros(len(final), dtype=np.bool_)
     for n in changed:
         for k in range(pred_bounds[n], pred_bounds[n + 1]):
