@@ -111,7 +111,7 @@ def _sparse_mask(words, X, Y, Z, position, starts, ends, lo, hi):
 
 @njit(**_KERNEL)
 def _dead_flags(class_bounds, classes, y_bounds, Y, z_bounds, Z, size, order, position, starts, ends, offsets,
-                dense_row, dense, scratch):
+                dense_row, dense, scratch, all_ones):
     """For row r and each class c of ``classes[class_bounds[r]:class_bounds[r + 1]]``: whether F[c] holds every
     token of the row's Y and none of its Z. Each class stops at its first counter-example (most fail on the
     first probe or two); packed classes answer a probe with one bit. A row with at least ``_UNPACK_MIN`` tokens
@@ -129,24 +129,15 @@ def _dead_flags(class_bounds, classes, y_bounds, Y, z_bounds, Z, size, order, po
             if row >= 0:
                 ok = _all_bits(dense[row], y, True) and _all_bits(dense[row], z, False)
             elif need >= _UNPACK_MIN:
-                _toggle(scratch, order, starts, ends, offsets[c], offsets[c + 1])
+                _flip_forbidden(scratch, all_ones, order, starts, ends, offsets[c], offsets[c + 1])
                 ok = _all_bits(scratch, y, True) and _all_bits(scratch, z, False)
-                _toggle(scratch, order, starts, ends, offsets[c], offsets[c + 1])
+                _flip_forbidden(scratch, all_ones, order, starts, ends, offsets[c], offsets[c + 1])
             else:
                 lo, hi = offsets[c], offsets[c + 1]
                 ok = (_all_members(y, True, position, starts, ends, lo, hi) and
                       _all_members(z, False, position, starts, ends, lo, hi))
             dead[j] = ok
     return dead
-
-
-@njit(**_KERNEL)
-def _toggle(words, order, starts, ends, lo, hi):
-    """Flip the bits of the tokens of intervals ``lo:hi``."""
-    for i in range(lo, hi):
-        for p in range(starts[i], ends[i]):
-            t = order[p]
-            words[t >> 5] ^= np.uint32(1) << np.uint32(t & 31)
 
 
 @njit(**_KERNEL)
@@ -193,12 +184,15 @@ class ForbiddenSets:
     """Queries on one automaton's forbidden sets F[mc]: masks (packed words) and liveness (set relations).
 
     Invariant: ``dense_row[mc] >= 0`` iff F[mc] is packed in ``dense[dense_row[mc]]``; those are the classes
-    with the most tokens, each at least ``DENSE_MIN``.
+    with the most tokens, each at least ``DENSE_MIN``. It keeps the automaton's interval arrays, not the automaton:
+    guides cache one per automaton in a weak-keyed table, which a reference back to the key would keep alive.
     """
 
     def __init__(self, automaton: CanonicalAutomaton):
-        self.a = automaton
-        M = automaton.num_merge_classes
+        self.order, self.position = automaton.forbid_order, automaton.forbid_position
+        self.starts, self.ends, self.offsets = automaton.forbid_starts, automaton.forbid_ends, automaton.forbid_offsets
+        self.num_merge_classes = M = automaton.num_merge_classes
+        self.vocab_size = automaton.vocab_size
         self.num_words = (automaton.vocab_size + 31) // 32
         counts = np.diff(automaton.forbid_offsets)
         self.size = np.bincount(np.repeat(np.arange(M), counts), minlength=M,
@@ -213,14 +207,13 @@ class ForbiddenSets:
         self.dense = np.zeros((len(dense), self.num_words), dtype=np.uint32)
         self._scratch = np.zeros(self.num_words, dtype=np.uint32)  # _dead_flags' unpacked class (zero between calls)
         self._stabbing = None  # (block offsets, block intervals, class of each interval), built on first use
-        everything = np.full(self.num_words, np.uint32(0xFFFFFFFF))
+        self._all_ones = np.full(self.num_words, np.uint32(0xFFFFFFFF))
         for row, mc in enumerate(dense.tolist()):
-            self._flip(self.dense[row], everything, mc)
+            self._flip(self.dense[row], self._all_ones, mc)
 
     def _flip(self, words: np.ndarray, flips: np.ndarray, mc: int) -> None:
-        a = self.a
-        _flip_forbidden(words, flips, a.forbid_order, a.forbid_starts, a.forbid_ends,
-                        int(a.forbid_offsets[mc]), int(a.forbid_offsets[mc + 1]))
+        _flip_forbidden(words, flips, self.order, self.starts, self.ends, int(self.offsets[mc]),
+                        int(self.offsets[mc + 1]))
 
     # ---- masks --------------------------------------------------------------------------------------------
     def dense_mask(self, XY: np.ndarray, D: np.ndarray, mc: int, out: np.ndarray) -> None:
@@ -236,10 +229,9 @@ class ForbiddenSets:
     def sparse_mask(self, base: np.ndarray | None, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, mc: int,
                     out: np.ndarray) -> None:
         """out = ``base | X | (Y - F[mc]) | (Z & F[mc])``: short int32 token arrays over packed words (or none)."""
-        a = self.a
         out[:] = 0 if base is None else base
-        _sparse_mask(out, X, Y, Z, a.forbid_position, a.forbid_starts, a.forbid_ends,
-                     int(a.forbid_offsets[mc]), int(a.forbid_offsets[mc + 1]))
+        _sparse_mask(out, X, Y, Z, self.position, self.starts, self.ends, int(self.offsets[mc]),
+                     int(self.offsets[mc + 1]))
 
     # ---- liveness -----------------------------------------------------------------------------------------
     def dead_flags(self, class_bounds: np.ndarray, classes: np.ndarray, y_bounds: np.ndarray, Y: np.ndarray,
@@ -247,10 +239,9 @@ class ForbiddenSets:
         """For many rows at once (row r: candidate classes ``classes[class_bounds[r]:class_bounds[r + 1]]``,
         token sets ``Y[y_bounds[r]:...]`` and ``Z[z_bounds[r]:...]``): bool per candidate, whether
         Y ⊆ F[c] and Z ∩ F[c] = ∅."""
-        a = self.a
         return _dead_flags(class_bounds, classes.astype(np.int64, copy=False), y_bounds, Y, z_bounds, Z,
-                           self.size, a.forbid_order, a.forbid_position, a.forbid_starts, a.forbid_ends,
-                           a.forbid_offsets, self.dense_row, self.dense, self._scratch)
+                           self.size, self.order, self.position, self.starts, self.ends, self.offsets,
+                           self.dense_row, self.dense, self._scratch, self._all_ones)
 
     def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """The merge classes mc among ``classes`` with Y ⊆ F[mc] and Z ∩ F[mc] = ∅ (one row of ``dead_flags``).
@@ -265,8 +256,8 @@ class ForbiddenSets:
         if len(classes) > 256:
             in_y = Y[:_HELD_TOKENS]
             in_z = Z[: _HELD_TOKENS - len(in_y)]
-            positions = self.a.forbid_position[np.concatenate([in_y, in_z]).astype(np.int64)].astype(np.int64)
-            held = _classes_holding(positions, *self._stabbing_index(), self.a.num_merge_classes)
+            positions = self.position[np.concatenate([in_y, in_z]).astype(np.int64)].astype(np.int64)
+            held = _classes_holding(positions, *self._stabbing_index(), self.num_merge_classes)
             dead = held[: len(in_y)].all(axis=0) & ~held[len(in_y):].any(axis=0)
             classes = classes[dead[classes]]
             if len(in_y) + len(in_z) == len(Y) + len(Z) or not len(classes):
@@ -278,11 +269,10 @@ class ForbiddenSets:
 
     def _stabbing_index(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         if self._stabbing is None:
-            a = self.a
-            num_blocks = (a.vocab_size >> _BLOCK_BITS) + 1
-            offsets, intervals = _block_index(a.forbid_starts, a.forbid_ends, num_blocks)
-            interval_class = np.repeat(np.arange(a.num_merge_classes, dtype=np.int32), np.diff(a.forbid_offsets))
-            self._stabbing = (offsets, intervals, a.forbid_starts, a.forbid_ends, interval_class)
+            num_blocks = (self.vocab_size >> _BLOCK_BITS) + 1
+            offsets, intervals = _block_index(self.starts, self.ends, num_blocks)
+            interval_class = np.repeat(np.arange(self.num_merge_classes, dtype=np.int32), np.diff(self.offsets))
+            self._stabbing = (offsets, intervals, self.starts, self.ends, interval_class)
         return self._stabbing
 
     def classes_by_size(self, at_least: int) -> np.ndarray:

@@ -75,18 +75,21 @@ class _OpenEdges(NamedTuple):
     num_tokens: int
 
 
-_TRIES: "weakref.WeakKeyDictionary[CanonicalAutomaton, VocabularyTrie]" = weakref.WeakKeyDictionary()
-_ANY: "weakref.WeakKeyDictionary[CanonicalAutomaton, CanonicalAutomaton]" = weakref.WeakKeyDictionary()
-_FORBIDDEN: "weakref.WeakKeyDictionary[CanonicalAutomaton, ForbiddenSets]" = weakref.WeakKeyDictionary()
-_SIGNATURES: "weakref.WeakKeyDictionary[CanonicalAutomaton, tuple]" = weakref.WeakKeyDictionary()
+_PER_AUTOMATON: "weakref.WeakKeyDictionary[CanonicalAutomaton, dict]" = weakref.WeakKeyDictionary()
+
+
+def _per_automaton(automaton: CanonicalAutomaton, what: str, build):
+    """``build()``, called once per automaton object and dropped with it. What it returns must not refer to the
+    automaton, or the automaton would never be freed."""
+    built = _PER_AUTOMATON.setdefault(automaton, {})
+    if what not in built:
+        built[what] = build()
+    return built[what]
 
 
 def vocabulary_trie(canonical: CanonicalAutomaton) -> VocabularyTrie:
     """The byte trie of ``canonical``'s vocabulary, built once per automaton object."""
-    trie = _TRIES.get(canonical)
-    if trie is None:
-        trie = _TRIES[canonical] = VocabularyTrie.build(canonical.token_bytes)
-    return trie
+    return _per_automaton(canonical, "trie", lambda: VocabularyTrie.build(canonical.token_bytes))
 
 
 def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
@@ -380,10 +383,8 @@ class Guide:
     def _open_rows(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Rows X, Y, Z of an open node under the current liveness."""
         e = self._open_edges[node]
-        X, _, Y, _, Z, _ = split_rows(np.array([0, len(e.groups)]), e.groups, e.inside, e.boundary, e.group_tokens,
-                                      e.group_bounds, self._automaton.after_class, self._status, self._dead_row,
-                                      self._dead_bits)
-        return X, Y, Z
+        return split_rows(e.groups, e.inside, e.boundary, e.group_tokens, e.group_bounds, self._automaton.after_class,
+                          self._status, self._dead_row, self._dead_bits)
 
     def _pending_rows(self, which: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Row Y (and its bounds) of the pending nodes ``self._pending_nodes[which]`` (all if None): a pending
@@ -418,7 +419,7 @@ class Guide:
         node, entering = np.divmod(np.sort(distinct.keys[:len(distinct)]), M)
         entering_bounds = np.searchsorted(node, np.arange(N + 1))
         # predecessors, from the successor lists of open nodes and the distinct targets of pending ones (GPT-2's
-        # JSON object: 108k pending edges, 5k distinct links), grouped by a counting sort
+        # JSON object: 108k pending edges, 10.5k links in all), grouped by a counting sort
         sources = [np.full(len(s), n, dtype=np.int64) for n, s in self._successors.items()]
         targets = list(self._successors.values())
         pending_sources, pending_targets = pending_links(self._pending_nodes, self._pending_bounds,
@@ -530,10 +531,7 @@ _SLAB_ROWS = 256  # masks per preallocated slab (4 MB at a 128k vocabulary)
 
 
 def _forbidden_index(automaton: CanonicalAutomaton) -> ForbiddenSets:
-    index = _FORBIDDEN.get(automaton)
-    if index is None:
-        index = _FORBIDDEN[automaton] = ForbiddenSets(automaton)
-    return index
+    return _per_automaton(automaton, "forbidden", lambda: ForbiddenSets(automaton))
 
 
 def _token_signatures(automaton: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -541,25 +539,25 @@ def _token_signatures(automaton: CanonicalAutomaton) -> tuple[np.ndarray, np.nda
     ``inside_of_signature[ctx, s]`` and ``boundary_of_signature[ctx, s]`` the context after a token of signature
     s (-1: not that way). Signatures are few (GPT-2: 98, Llama-3: 196), so a node's edges are a few hundred
     groups of tokens instead of a row over the vocabulary (GPT-2's JSON object: 2,883 groups for 1.4 M edges)."""
-    found = _SIGNATURES.get(automaton)
-    if found is None:
+    def build():
         columns = np.ascontiguousarray(np.concatenate([automaton.inside_next, automaton.boundary_next]).T)
         as_bytes = columns.view(np.dtype((np.void, columns.dtype.itemsize * columns.shape[1]))).ravel()
         _, first, signature = np.unique(as_bytes, return_index=True, return_inverse=True)  # one sort of V keys
         inside_of, boundary_of = np.split(columns[first].T.astype(np.int64), 2)
-        found = _SIGNATURES[automaton] = (signature.ravel().astype(np.int64), np.ascontiguousarray(inside_of),
-                                          np.ascontiguousarray(boundary_of))
-    return found
+        return (signature.ravel().astype(np.int64), np.ascontiguousarray(inside_of),
+                np.ascontiguousarray(boundary_of))
+
+    return _per_automaton(automaton, "signatures", build)
 
 
 def _any_tokenization(canonical: CanonicalAutomaton) -> CanonicalAutomaton:
     """An automaton with the same vocabulary that allows every tokenization: one context in which every token
     with bytes is allowed, one merge class forbidding nothing."""
-    found = _ANY.get(canonical)
-    if found is None:
+
+    def build():
         V = canonical.vocab_size
         row = np.where(canonical.token_has_bytes, 0, -1).astype(np.int16)[None, :]
-        found = _ANY[canonical] = CanonicalAutomaton(
+        return CanonicalAutomaton(
             merge_class=np.zeros(V, np.int32), after_class=np.zeros(V, np.int32),
             forbid_order=np.arange(V, dtype=np.int32), forbid_position=np.arange(V, dtype=np.int32),
             forbid_starts=np.zeros(0, np.int32), forbid_ends=np.zeros(0, np.int32),
@@ -568,4 +566,5 @@ def _any_tokenization(canonical: CanonicalAutomaton) -> CanonicalAutomaton:
             pending_next=np.zeros(0, np.int16), context_final=np.ones(1, bool),
             token_blob=canonical.token_blob, token_offsets=canonical.token_offsets,
             token_has_bytes=canonical.token_has_bytes, eos_token_ids=canonical.eos_token_ids)
-    return found
+
+    return _per_automaton(canonical, "any tokenization", build)

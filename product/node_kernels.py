@@ -16,8 +16,8 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
   successors. ``pending_edges``, ``pending_links``: the edges (single tokens) of nodes inside an unfinished
   character; their distinct targets.
 - ``any_live_crossing``: whether row X is non-empty (then no merge class of the node is dead).
-- ``split_rows``: rows X, Y, Z of many nodes at once (see ``product.guide``), testing each edge's targets for
-  liveness against the nodes' dead merge classes; a target with no partial liveness decides its whole group.
+- ``split_rows``: rows X, Y, Z of an open node (see ``product.guide``), testing each edge's targets for
+  liveness against their dead merge classes; a target with no partial liveness decides its whole group.
 - ``live_inside``: row Y of pending nodes (single-token edges, inside the piece only).
 - ``stale_predecessors``: the nodes the liveness fixpoint must compute again.
 - ``entering_keys``, ``mark_dead``: the (node, merge class) pairs edges bring in; dead classes as bits.
@@ -34,9 +34,9 @@ from numba import njit
 
 from automata.dfa import group_by
 
-__all__ = ["NodeTable", "group_row", "context_edges", "pending_edges", "pending_links", "distinct_targets", "any_live_crossing",
-           "split_rows", "live_inside", "stale_predecessors",
-           "entering_keys", "mark_dead", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
+__all__ = ["NodeTable", "group_row", "context_edges", "pending_edges", "pending_links", "distinct_targets",
+           "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead",
+           "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
 
@@ -257,13 +257,11 @@ def any_live_crossing(groups, inside, boundary, group_tokens, group_bounds, afte
 
 
 @njit(**_KERNEL)
-def split_rows(bounds, groups, inside, boundary, group_tokens, group_bounds, after_class, status, dead_row,
-               dead_bits):
-    """Rows X, Y, Z of the nodes whose edges are ``bounds[i]:bounds[i + 1]`` (edge j: the tokens of group
-    ``groups[j]`` going to node ``inside[j]`` inside the piece and ``boundary[j]`` across, -1 for neither):
-    X = tokens that may only cross a boundary, to a live target; Y = tokens that may stay inside the piece, to a
-    live target; Z = those of Y's candidates whose boundary target is live. Returns the three token arrays and
-    their per-node bounds.
+def split_rows(groups, inside, boundary, group_tokens, group_bounds, after_class, status, dead_row, dead_bits):
+    """Rows X, Y, Z of an open node whose edge j takes the tokens of group ``groups[j]`` to node ``inside[j]``
+    inside the piece and ``boundary[j]`` across (-1 for neither): X = tokens that may only cross a boundary, to
+    a live target; Y = tokens that may stay inside the piece, to a live target; Z = those of Y's candidates
+    whose boundary target is live.
 
     A target with no dead merge class (or only dead ones) decides its whole group; only the groups of partial
     targets test each token's merge class. The three rows fill thirds of one buffer from one loop body (a helper
@@ -273,46 +271,42 @@ def split_rows(bounds, groups, inside, boundary, group_tokens, group_bounds, aft
         n += group_bounds[groups[j] + 1] - group_bounds[groups[j]]
     out = np.empty(3 * n, dtype=np.int32)  # X from 0, Y from n, Z from 2n
     nx, ny, nz = 0, n, 2 * n  # where each row's next token goes
-    num_rows = len(bounds) - 1
-    row_bounds = np.zeros((3, num_rows + 1), dtype=np.int64)
-    for r in range(num_rows):
-        for j in range(bounds[r], bounds[r + 1]):
-            lo, hi = group_bounds[groups[j]], group_bounds[groups[j] + 1]
-            for side in range(1 if inside[j] < 0 else 2):  # (X, boundary) or (Y, inside) then (Z, boundary)
-                if inside[j] < 0:
-                    node, k = boundary[j], nx
-                elif side == 0:
-                    node, k = inside[j], ny
-                else:
-                    node, k = boundary[j], nz
-                if node < 0 or status[node] == ALL_DEAD:
-                    continue
-                if status[node] == NONE_DEAD:
-                    for i in range(lo, hi):
+    for j in range(len(groups)):
+        lo, hi = group_bounds[groups[j]], group_bounds[groups[j] + 1]
+        for side in range(1 if inside[j] < 0 else 2):  # (X, boundary) or (Y, inside) then (Z, boundary)
+            if inside[j] < 0:
+                node, k = boundary[j], nx
+            elif side == 0:
+                node, k = inside[j], ny
+            else:
+                node, k = boundary[j], nz
+            if node < 0 or status[node] == ALL_DEAD:
+                continue
+            if status[node] == NONE_DEAD:
+                for i in range(lo, hi):
+                    out[k] = group_tokens[i]
+                    k += 1
+            else:
+                dead = dead_row[node]
+                for i in range(lo, hi):
+                    mc = after_class[group_tokens[i]]
+                    if not (dead_bits[dead, mc >> 3] >> (mc & 7)) & 1:
                         out[k] = group_tokens[i]
                         k += 1
-                else:
-                    dead = dead_row[node]
-                    for i in range(lo, hi):
-                        mc = after_class[group_tokens[i]]
-                        if not (dead_bits[dead, mc >> 3] >> (mc & 7)) & 1:
-                            out[k] = group_tokens[i]
-                            k += 1
-                if inside[j] < 0:
-                    nx = k
-                elif side == 0:
-                    ny = k
-                else:
-                    nz = k
-        row_bounds[0, r + 1], row_bounds[1, r + 1], row_bounds[2, r + 1] = nx, ny - n, nz - 2 * n
-    return out[:nx], row_bounds[0], out[n:ny], row_bounds[1], out[2 * n:nz], row_bounds[2]
+            if inside[j] < 0:
+                nx = k
+            elif side == 0:
+                ny = k
+            else:
+                nz = k
+    return out[:nx], out[n:ny], out[2 * n:nz]
 
 
 @njit(**_KERNEL)
 def live_inside(bounds, tokens, inside, after_class, status, dead_row, dead_bits):
     """Row Y of nodes whose edges are single tokens that continue the piece (pending nodes: edge i moves by
     ``tokens[i]`` to node ``inside[i]``; node r's edges are ``bounds[r]:bounds[r + 1]``): the tokens reaching a
-    live target, and their per-node bounds. (``split_rows`` on groups of one token costs twice this.)"""
+    live target, and their per-node bounds. (A group kernel fed groups of one token cost twice this.)"""
     Y = np.empty(len(tokens), dtype=np.int32)
     y_bounds = np.zeros(len(bounds), dtype=np.int64)
     k = 0

@@ -356,18 +356,18 @@ def test_dead_classes_over_every_class_equal_the_probes():
     from product.guide import _forbidden_index
 
     index = _forbidden_index(automaton_of("llama3"))
-    every = np.arange(index.a.num_merge_classes, dtype=np.int64)
+    every = np.arange(index.num_merge_classes, dtype=np.int64)
     one = lambda n: np.array([0, n], dtype=np.int64)  # noqa: E731
     rng = np.random.default_rng(3)
     packed = np.flatnonzero(index.dense_row >= 0)
     members = np.flatnonzero(automaton_of("llama3").forbidden(int(packed[-1])))
     seen_dead = 0
     for Y, Z in [(rng.choice(members, 1), []), (rng.choice(members, 2, replace=False), []),
-                 (rng.choice(members, 1), rng.choice(index.a.vocab_size, 1)), ([], rng.choice(members, 1)),
-                 ([], rng.choice(index.a.vocab_size, 2, replace=False)),
-                 (rng.choice(members, 4, replace=False), rng.choice(index.a.vocab_size, 2, replace=False)),
+                 (rng.choice(members, 1), rng.choice(index.vocab_size, 1)), ([], rng.choice(members, 1)),
+                 ([], rng.choice(index.vocab_size, 2, replace=False)),
+                 (rng.choice(members, 4, replace=False), rng.choice(index.vocab_size, 2, replace=False)),
                  (rng.choice(members, 9, replace=False), []), (np.arange(3), []),  # early ids sit in crowded blocks
-                 ([], rng.choice(index.a.vocab_size, 3, replace=False))]:
+                 ([], rng.choice(index.vocab_size, 3, replace=False))]:
         Y, Z = np.sort(np.asarray(Y, np.int32)), np.asarray(Z, np.int32)
         fast = index.dead_classes(Y, Z, every)
         slow = every[index.dead_flags(one(len(every)), every, one(len(Y)), Y, one(len(Z)), Z)]
@@ -401,6 +401,23 @@ def test_token_groups_move_alike_in_every_open_context(name):
         assert np.array_equal(targets[np.searchsorted(tokens, grouped)], group_target[owner])
         assert np.array_equal(signature[grouped], group_signature[owner])
         assert len(np.unique(group_target * inside_of.shape[1] + group_signature)) == len(group_target)
+
+
+def test_a_compiled_tokenizer_is_freed_with_its_guides():
+    """Guides keep per-automaton indexes (vocabulary trie, forbidden sets, token signatures) in weak-keyed
+    tables; none may refer back to the automaton, or a compiled tokenizer would never be freed."""
+    import gc
+    import weakref
+
+    from bpe import compile_tokenizer
+
+    automaton = compile_tokenizer(model_of("gpt2"))  # a fresh object, not the tests' shared one
+    guides = [compile_regex(r'"[^"]*"', automaton), compile_regex("(yes|no)", automaton, canonical_only=False)]
+    assert guides[0].accepts(runtime_of("gpt2").encode('"é"', add_special_tokens=False).ids)
+    alive = weakref.ref(automaton)
+    del automaton, guides
+    gc.collect()
+    assert alive() is None
 
 
 def test_node_table_numbers_keys_in_first_seen_order_across_growth():
