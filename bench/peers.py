@@ -3,7 +3,8 @@
 For each tokenizer (GPT-2, Llama-3) and regex, every engine compiles the regex (tokenizer-level setup is done
 once, outside the timing: ``compile_tokenizer`` for canonmerge, vocabulary/tokenizer objects for the peers),
 then walks the runtime's own encoding of a few valid instances (plus the final EOS step) and fills one
-next-token bitmask per step; only the fill is timed. Memory: canonmerge reports ``Guide.memory_bytes`` (the
+next-token bitmask per step, timed, and advances by each token (timed apart: a decoder pays both per
+token). Memory: canonmerge reports ``Guide.memory_bytes`` (the
 largest guide); the peers keep their state in Rust/C++ where Python cannot measure it per guide, so they show
 n/a (the JSON keeps the process's peak-RSS growth, which allocator reuse makes meaningless). Single-threaded
 where the engine allows it. The whole compile-and-walk is repeated (``--repeats``, fresh compiles each time) and
@@ -82,16 +83,18 @@ class Canonmerge:
     def compile(self, pattern):
         return compile_regex(pattern, self.canonical, canonical_only=self.canonical_only)
 
-    def walk(self, guide, ids, times):
+    def walk(self, guide, ids, times, advance_times):
         out = torch.zeros((1, guide.num_words), dtype=torch.int32)  # like the peers' buffers: written, so resident
         state = guide.initial_state
-        for step, t in enumerate(ids + [None]):
+        for t in ids + [None]:
             t0 = time.perf_counter_ns()
             guide.fill_bitmask([state], out)
             times.append(time.perf_counter_ns() - t0)
             if t is None:
                 return guide.is_accepting(state)
+            t0 = time.perf_counter_ns()
             state = guide.advance(state, t)
+            advance_times.append(time.perf_counter_ns() - t0)
 
     @staticmethod
     def memory(guide):
@@ -117,7 +120,7 @@ class OutlinesCore:
     def compile(self, pattern):
         return self.lib.Index(pattern, self.vocabulary)
 
-    def walk(self, index, ids, times):
+    def walk(self, index, ids, times, advance_times):
         guide = self.lib.Guide(index)
         mask = torch.zeros((1, self.words), dtype=torch.int32)
         for t in ids + [None]:
@@ -126,7 +129,9 @@ class OutlinesCore:
             times.append(time.perf_counter_ns() - t0)
             if t is None:
                 return guide.is_finished() or bool((mask[0, self.eos >> 5] >> (self.eos & 31)) & 1)
+            t0 = time.perf_counter_ns()
             guide.advance(t, return_tokens=False)
+            advance_times.append(time.perf_counter_ns() - t0)
 
     memory = None
 
@@ -159,7 +164,7 @@ class LLGuidance:
             raise RuntimeError(matcher.get_error())
         return grammar, matcher
 
-    def walk(self, compiled, ids, times):
+    def walk(self, compiled, ids, times, advance_times):
         grammar, _ = compiled
         matcher = self.lib.LLMatcher(self.tokenizer, grammar)
         mask = self.lib.torch.allocate_token_bitmask(1, self.vocab_size)
@@ -169,7 +174,10 @@ class LLGuidance:
             times.append(time.perf_counter_ns() - t0)
             if t is None:
                 return matcher.is_accepting()
-            if not matcher.consume_token(t):
+            t0 = time.perf_counter_ns()
+            consumed = matcher.consume_token(t)
+            advance_times.append(time.perf_counter_ns() - t0)
+            if not consumed:
                 raise RuntimeError(f"llguidance rejected token {t}: {matcher.get_error()}")
 
     memory = None
@@ -192,7 +200,7 @@ class XGrammar:
     def compile(self, pattern):
         return self.compiler.compile_regex(pattern)
 
-    def walk(self, compiled, ids, times):
+    def walk(self, compiled, ids, times, advance_times):
         matcher = self.lib.GrammarMatcher(compiled)
         mask = self.lib.allocate_token_bitmask(1, self.vocab_size)
         for t in ids + [None]:
@@ -201,7 +209,10 @@ class XGrammar:
             times.append(time.perf_counter_ns() - t0)
             if t is None:
                 return bool((mask[0, self.eos >> 5] >> (self.eos & 31)) & 1)
-            if not matcher.accept_token(t):
+            t0 = time.perf_counter_ns()
+            accepted = matcher.accept_token(t)
+            advance_times.append(time.perf_counter_ns() - t0)
+            if not accepted:
                 raise RuntimeError(f"xgrammar rejected token {t}")
 
     memory = None
@@ -227,7 +238,7 @@ def run(tokenizers: list[str], repeats: int) -> dict:
             rss_before = _rss_mb()
             memory, failures, repetitions, case_ms = [], [], [], {}
             for repetition in range(repeats):  # fresh compiles each time; statistics are medians over repetitions
-                compile_ms, mask_us = [], []
+                compile_ms, mask_us, advance_us = [], [], []
                 for case, pattern, _ in CASES:
                     t0 = time.perf_counter()
                     try:
@@ -238,13 +249,15 @@ def run(tokenizers: list[str], repeats: int) -> dict:
                     elapsed = (time.perf_counter() - t0) * 1e3
                     compile_ms.append(elapsed)
                     times: list[int] = []
+                    advance_times: list[int] = []
                     for ids in encodings[case]:
                         try:
-                            if not engine.walk(compiled, list(ids), times):
+                            if not engine.walk(compiled, list(ids), times, advance_times):
                                 failures.append(f"{case}: did not accept the runtime's encoding")
                         except Exception as exc:
                             failures.append(f"{case}: {type(exc).__name__}: {exc}")
                     mask_us += [t / 1e3 for t in times]
+                    advance_us += [t / 1e3 for t in advance_times]
                     if engine.memory:
                         memory.append(engine.memory(compiled))
                     case_ms.setdefault(case, []).append((elapsed, float(np.mean(times)) / 1e3 if times else None,
@@ -254,6 +267,7 @@ def run(tokenizers: list[str], repeats: int) -> dict:
                     "compile_ms_p50": float(np.median(compile_ms)), "compile_ms_max": float(np.max(compile_ms)),
                     "masks": len(mask_us), "mask_us_mean": float(np.mean(mask_us)),
                     "mask_us_p50": float(np.median(mask_us)), "mask_us_p99": float(np.percentile(mask_us, 99)),
+                    "advance_us_mean": float(np.mean(advance_us)),
                 })
             for case, runs in case_ms.items():
                 results["cases"].append({"tokenizer": tokenizer, "engine": engine.name, "case": case,
@@ -269,21 +283,24 @@ def run(tokenizers: list[str], repeats: int) -> dict:
             results["rows"].append(row)
             print(f"{tokenizer:7s} {engine.name:14s} compile p50 {row['compile_ms_p50']:8.1f} ms  max "
                   f"{row['compile_ms_max']:8.1f} ms  mask mean {row['mask_us_mean']:7.1f} µs  p50 "
-                  f"{row['mask_us_p50']:6.1f} µs  p99 {row['mask_us_p99']:7.1f} µs  ({row['masks']} masks)"
+                  f"{row['mask_us_p50']:6.1f} µs  p99 {row['mask_us_p99']:7.1f} µs  advance mean "
+                  f"{row['advance_us_mean']:6.1f} µs  ({row['masks']} masks)"
                   + (f"  {len(failures)} failures" if failures else ""), flush=True)
     return results
 
 
 def print_table(results: dict) -> None:
-    print("\n| tokenizer | engine | compile p50 | compile max | mask mean | mask p50 | mask p99 | guide memory |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("\n| tokenizer | engine | compile p50 | compile max | mask mean | mask p50 | mask p99 | advance mean "
+          "| guide memory |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for r in results["rows"]:
         if "missing" in r:
-            print(f"| {r['tokenizer']} | {r['engine']} | not installed | | | | | |")
+            print(f"| {r['tokenizer']} | {r['engine']} | not installed | | | | | | |")
             continue
         memory = f"{r['memory_mb_max']:.1f} MB" if r["memory_mb_max"] is not None else "n/a"
         print(f"| {r['tokenizer']} | {r['engine']} | {r['compile_ms_p50']:.1f} ms | {r['compile_ms_max']:.0f} ms | "
-              f"{r['mask_us_mean']:.1f} µs | {r['mask_us_p50']:.1f} µs | {r['mask_us_p99']:.1f} µs | {memory} |")
+              f"{r['mask_us_mean']:.1f} µs | {r['mask_us_p50']:.1f} µs | {r['mask_us_p99']:.1f} µs | "
+              f"{r['advance_us_mean']:.1f} µs | {memory} |")
 
 
 def main() -> None:

@@ -37,6 +37,7 @@ Special tokens are never produced by text and never allowed; EOS is the constrai
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import json
 import os
@@ -44,6 +45,7 @@ import tempfile
 import time
 import unicodedata
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -182,8 +184,22 @@ class CanonicalAutomaton:
         i = np.searchsorted(self.forbid_starts[lo:hi], pos, side="right") - 1
         return (i >= 0) & (pos < self.forbid_ends[lo:hi][np.maximum(i, 0)])
 
+    # One token at a time (``class_after``, run once per generated token), numpy's per-call overhead dominates:
+    # a searchsorted on a slice costs 3-6 µs here, ``bisect`` over a memoryview of the same array ~1 µs, and a
+    # memoryview item is a Python int. Measured on Llama-3: ``class_after`` 4-11 µs -> ~2 µs.
+    @cached_property
+    def _scalar(self) -> dict[str, memoryview]:
+        names = ("forbid_offsets", "forbid_position", "forbid_starts", "forbid_ends", "inside_next", "boundary_next",
+                 "pending_offsets", "pending_tokens", "pending_next", "after_class")
+        return {name: memoryview(np.ascontiguousarray(getattr(self, name))) for name in names}
+
     def _forbids(self, merge_class: int, token: int) -> bool:
-        return bool(self.forbids(merge_class, np.array([token]))[0])
+        """``forbids`` for one token: the interval starting last at or before its position must cover it."""
+        s = self._scalar
+        position, starts = s["forbid_position"][token], s["forbid_starts"]
+        lo = s["forbid_offsets"][merge_class]
+        i = bisect.bisect_right(starts, position, lo, s["forbid_offsets"][merge_class + 1])
+        return i > lo and position < s["forbid_ends"][i - 1]
 
     def allowed_after(self, class_id: int) -> np.ndarray:
         """bool[V]: the tokens that may come next in class ``class_id`` (no special tokens, no EOS)."""
@@ -202,22 +218,23 @@ class CanonicalAutomaton:
         ctx, mc = self._split(class_id)
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
+        s = self._scalar
         nxt = -1
         if ctx < self.num_open_contexts:
-            inside = int(self.inside_next[ctx, token_id])
+            inside = s["inside_next"][ctx, token_id]
             if inside >= 0 and not self._forbids(mc, token_id):
                 nxt = inside
             else:
-                nxt = int(self.boundary_next[ctx, token_id])
+                nxt = s["boundary_next"][ctx, token_id]
         else:
             row = ctx - self.num_open_contexts
-            lo, hi = self.pending_offsets[row], self.pending_offsets[row + 1]
-            i = lo + np.searchsorted(self.pending_tokens[lo:hi], token_id)
-            if i < hi and self.pending_tokens[i] == token_id and not self._forbids(mc, token_id):
-                nxt = int(self.pending_next[i])
+            tokens, hi = s["pending_tokens"], s["pending_offsets"][row + 1]
+            i = bisect.bisect_left(tokens, token_id, s["pending_offsets"][row], hi)
+            if i < hi and tokens[i] == token_id and not self._forbids(mc, token_id):
+                nxt = s["pending_next"][i]
         if nxt < 0:
             raise DisallowedTokenError(f"token {token_id} may not follow class {class_id}")
-        return nxt * self.num_merge_classes + int(self.after_class[token_id])
+        return nxt * self.num_merge_classes + s["after_class"][token_id]
 
     def can_end(self, class_id: int) -> bool:
         """Whether the text may end in class ``class_id`` (no unfinished character or pending boundary)."""

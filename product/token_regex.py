@@ -13,7 +13,9 @@ automaton) and special tokens (they have no bytes and are never walked).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -138,11 +140,18 @@ class TokenTransitions:
         lo, hi = self.offsets[state], self.offsets[state + 1]
         return self.tokens[lo:hi], self.targets[lo:hi]
 
+    @cached_property
+    def _scalar(self) -> tuple[memoryview, memoryview, memoryview]:
+        # ``target`` runs once per generated token: bisect over memoryviews costs ~1 µs, a numpy searchsorted on
+        # the row 3-6 µs (and ~20 µs when the needle's dtype differs: numpy first casts the whole row).
+        return memoryview(self.offsets), memoryview(self.tokens), memoryview(self.targets)
+
     def target(self, state: int, token: int) -> int:
         """``delta(state, token)``, or -1 if the token's bytes leave the language."""
-        tokens, targets = self.row(state)
-        i = np.searchsorted(tokens, token)
-        return int(targets[i]) if i < len(tokens) and tokens[i] == token else -1
+        offsets, tokens, targets = self._scalar
+        hi = offsets[state + 1]
+        i = bisect.bisect_left(tokens, token, offsets[state], hi)
+        return targets[i] if i < hi and tokens[i] == token else -1
 
     @staticmethod
     def build(dfa: DFA, trie: VocabularyTrie, *, max_entries: int = 50_000_000) -> "TokenTransitions":

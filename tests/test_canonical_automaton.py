@@ -222,6 +222,32 @@ def test_api_and_typed_errors():
     assert automaton.num_merge_classes > 14_000 and automaton.forbidden_entries > 0
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama3", "mistral"])
+def test_one_token_queries_agree_with_the_whole_row(name):
+    """``class_after`` (scalar lookups, one per generated token) allows exactly what ``allowed_after`` (whole-row
+    numpy) allows, in open contexts and inside an unfinished character, for every token of the vocabulary."""
+    automaton = automaton_of(name)
+    classes, c = [automaton.start_class], automaton.start_class
+    for t in _encode(name, "Hello, 世界! It's 42 😀"):
+        c = automaton.class_after(c, t)
+        classes.append(c)
+    # A token ending inside a character (a byte-level token or a byte-fallback <0xE4>) leads to a pending context.
+    bytes_of = model_of(name).token_bytes
+    split = next(t for t in np.flatnonzero(automaton.allowed_after(0))
+                 if bytes_of[t] and bytes_of[t][-1] >= 0xC0)
+    classes.append(automaton.class_after(0, int(split)))
+    assert any(automaton._split(c)[0] >= automaton.num_open_contexts for c in classes)
+    for c in classes:
+        allowed = automaton.allowed_after(c)
+        for t in range(automaton.vocab_size):
+            try:
+                automaton.class_after(c, t)
+                ok = True
+            except DisallowedTokenError:
+                ok = False
+            assert ok == allowed[t], (c, t)
+
+
 def test_cache_is_reused_verified_and_rebuilt_when_corrupt(tmp_path):
     model = model_of("mistral")
     built = compile_tokenizer(model, tmp_path)
