@@ -175,36 +175,54 @@ class TokenTransitions:
             members, member_bounds = np.zeros(0, np.int32), np.zeros(1, np.int64)
             table = dfa.transitions
         walk = (np.ascontiguousarray(table), trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo,
-                trie.node_tokens, members, member_bounds, trie_vocab, max_entries)
+                trie.node_tokens, members, member_bounds, trie_vocab)
+        # Most constraints' rows fit in a few vocabularies' worth of entries: one pass fills arrays of that size.
+        # When they outgrow it, the walk stops before the row that did not fit, counts the rest, and fills
+        # exact-size arrays from there. (Counting everything first cost a second walk: 1 of 3.5 ms on GPT-2's
+        # JSON object; growing the arrays by realloc instead cost the email regex 50 ms of page faults.)
+        capacity = min(max_entries, _FIRST_CAPACITY_ROWS * trie_vocab)
         offsets = np.zeros(num_states + 1, dtype=np.int64)
-        total = _walk(*walk, offsets, np.zeros(0, np.int32), np.zeros(0, np.int32))
-        if total > max_entries:
-            raise StateLimitError(f"token transitions exceed max_entries={max_entries} ({num_states} regex states)")
-        tokens, targets = np.empty(total, np.int32), np.empty(total, np.int32)
-        _walk(*walk, offsets, tokens, targets)
+        tokens, targets = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
+        origin = _walk(*walk, 0, False, max_entries, offsets, tokens, targets)
+        if origin < num_states:
+            if _walk(*walk, origin, True, max_entries, offsets, tokens, targets) < num_states:
+                raise StateLimitError(f"more than max_transitions={max_entries} token transitions "
+                                      f"({num_states} regex states)")
+            done = offsets[origin]
+            tokens, targets = (np.concatenate([a[:done], np.empty(offsets[-1] - done, np.int32)])
+                               for a in (tokens, targets))
+            _walk(*walk, origin, False, max_entries, offsets, tokens, targets)
+        total = offsets[-1]
+        if total < capacity:
+            tokens, targets = tokens[:total].copy(), targets[:total].copy()
         return TokenTransitions(offsets, tokens, targets, dfa.accepting.copy(), int(dfa.start))
+
+
+_FIRST_CAPACITY_ROWS = 4  # token transitions first try arrays for this many vocabulary-wide rows
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, members, member_bounds, vocab_size,
-          max_entries, offsets, tokens, targets):
-    """Walk the preorder trie from every state of ``table`` (states x symbols), writing the tokens readable from
-    each state and the states they reach as row ``offsets[q]:offsets[q + 1]`` of ``tokens``/``targets``, sorted
-    by token — or, if those are empty, only counting them (stopping past ``max_entries``). Returns the count. One
-    forward scan per origin: a live node records its state at its depth (its descendants read their parent's
-    there), a dead one skips its subtree. The tokens of a trie of byte classes are representatives, each standing
-    for ``members[member_bounds[r]:member_bounds[r + 1]]`` (``members`` is empty for a trie of bytes).
+          first_origin, count_only, max_entries, offsets, tokens, targets):
+    """Walk the preorder trie from the states ``first_origin..`` of ``table`` (states x symbols): write the tokens
+    readable from each state and the states they reach as row ``offsets[q]:offsets[q + 1]`` of
+    ``tokens``/``targets``, sorted by token (``offsets[first_origin]`` must be set), stopping before the first row
+    that does not fit; or, ``count_only``, set ``offsets`` alone, stopping past ``max_entries``. Returns the state
+    it stopped at (``len(table)``: all done). One forward scan per origin: a live node records its state at its
+    depth (its descendants read their parent's there), a dead one skips its subtree. The tokens of a trie of byte
+    classes are representatives, each standing for ``members[member_bounds[r]:member_bounds[r + 1]]``
+    (``members`` is empty for a trie of bytes).
 
-    Two passes (count, then fill arrays of the exact size) because growing the outputs inside the loop made the
-    JSON object's walk on GPT-2 3.7x slower (6.8 vs 1.8 ms for 100k entries). Rows come out in trie order and are
-    sorted in place (``_sort_row``): sorting all (origin, token, target) keys at the end cost more than the walk."""
-    fill = len(tokens) > 0
+    Rows come out in trie order and are sorted in place (``_sort_row``): sorting all (origin, token, target) keys
+    at the end cost more than the walk. Growing the outputs token by token inside the loop made the JSON object's
+    walk on GPT-2 3.7x slower (6.8 vs 1.8 ms for 100k entries)."""
+    capacity = max_entries if count_only else len(tokens)
     state_at = np.empty(int(node_depth.max()) + 1, dtype=np.int64)  # node_depth holds the root at least
     seen = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)  # _sort_row's scratch
     target_of = np.empty(vocab_size, dtype=np.int32)
-    count = 0
+    count = offsets[first_origin]
     n = len(node_byte)
-    for origin in range(table.shape[0]):
+    for origin in range(first_origin, table.shape[0]):
         start = count
         state_at[0] = origin
         node = 1
@@ -216,28 +234,30 @@ def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, memb
                 continue
             state_at[depth] = state
             if len(members) == 0:  # the trie's tokens are the tokens
-                if fill:
+                if count + token_lo[node + 1] - token_lo[node] > capacity:
+                    return origin
+                if count_only:
+                    count += token_lo[node + 1] - token_lo[node]
+                else:
                     for k in range(token_lo[node], token_lo[node + 1]):
                         tokens[count], targets[count] = node_tokens[k], state
                         count += 1
-                else:
-                    count += token_lo[node + 1] - token_lo[node]
             else:
                 for k in range(token_lo[node], token_lo[node + 1]):
                     lo, hi = member_bounds[node_tokens[k]], member_bounds[node_tokens[k] + 1]
-                    if fill:
+                    if count + hi - lo > capacity:
+                        return origin
+                    if count_only:
+                        count += hi - lo
+                    else:
                         for m in range(lo, hi):
                             tokens[count], targets[count] = members[m], state
                             count += 1
-                    else:
-                        count += hi - lo
-            if not fill and count > max_entries:
-                return count
             node += 1
-        if fill:
+        if not count_only:
             _sort_row(tokens, targets, start, count, seen, target_of, table.shape[0])
         offsets[origin + 1] = count
-    return count
+    return table.shape[0]
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -239,13 +239,16 @@ def test_token_transitions_grouped_by_byte_class_equal_the_byte_walk(pattern, mo
 def test_token_transitions_are_the_dfa_run_over_each_tokens_bytes(name):
     """delta(q, t) is the state reached by running t's bytes from q (or none): checked for every state on a
     sample of the vocabulary that includes every token of at most two bytes (unfinished UTF-8 characters among
-    them) and random longer ones."""
+    them) and random longer ones. The rows outgrow the walk's first arrays, so it resumes in larger ones."""
     from product import token_regex
     from product.guide import vocabulary_trie
 
     automaton = automaton_of(name)
-    dfa = from_regex(r'\{"k": "[^"\\\x00-\x1f]*", "n": [0-9]{1,3}\}|[a-zé ]{1,9}')
+    dfa = from_regex(r'\{"k": "[^"\\\x00-\x1f]*", "n": [0-9]{1,3}\}|[a-zé ]{1,30}')
     transitions = token_regex.TokenTransitions.build(dfa, vocabulary_trie(automaton))
+    assert len(transitions.tokens) > token_regex._FIRST_CAPACITY_ROWS * automaton.vocab_size
+    with pytest.raises(StateLimitError, match="max_transitions=100000"):
+        compile_regex(r"[a-z ]{1,30}", automaton, max_transitions=100_000)
     lengths = np.diff(automaton.token_offsets)
     short = np.flatnonzero(automaton.token_has_bytes & (lengths <= 2))
     longer = np.flatnonzero(automaton.token_has_bytes & (lengths > 2))
