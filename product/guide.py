@@ -39,6 +39,7 @@ in a bounded LRU cache per guide whose rows are preallocated (computing a mask a
 
 from __future__ import annotations
 
+import operator
 import weakref
 from collections import OrderedDict
 from typing import NamedTuple
@@ -170,7 +171,10 @@ class Guide:
 
     # ---- queries ------------------------------------------------------------------------------------------
     def _split(self, state: int) -> tuple[int, int]:
-        node, mc = divmod(int(state), self._M)
+        try:
+            node, mc = divmod(operator.index(state), self._M)
+        except TypeError:
+            raise TypeError(f"a guide state is an int, not {type(state).__name__} ({state!r})") from None
         if not 0 <= node < len(self._node_q):
             raise ValueError(f"{state} is not a state of this guide")
         return node, mc
@@ -185,10 +189,16 @@ class Guide:
         return np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
 
     def fill_bitmask(self, states, out: np.ndarray) -> None:
-        """Write the masks of a batch of states into ``out`` (int32 or uint32 ``[len(states), num_words]``, a numpy
-        array or a CPU torch tensor): bit ``t % 32`` of word ``t // 32`` is set iff token t is allowed."""
+        """Write the masks of a batch of states into the first ``len(states)`` rows of ``out`` (int32 or uint32
+        ``[rows, num_words]``, a numpy array or a CPU torch tensor): bit ``t % 32`` of word ``t // 32`` is set iff
+        token t is allowed. A bad buffer or state raises ``TypeError``/``ValueError`` before any row is written."""
         if not isinstance(out, np.ndarray):
-            out = out.numpy()  # a CPU torch tensor: same memory
+            out = out.numpy()  # a CPU torch tensor: same memory (torch raises TypeError for other devices)
+        if out.dtype not in _MASK_DTYPES or out.ndim != 2 or out.shape[1] != self.num_words or len(out) < len(states):
+            raise ValueError(f"fill_bitmask needs an int32 or uint32 buffer of [at least {len(states)} rows, "
+                             f"{self.num_words} words], not {out.dtype} {list(out.shape)}")
+        for state in states:
+            self._split(state)
         view = out.view(np.uint32)
         for i, state in enumerate(states):
             view[i] = self._mask(state)
@@ -526,6 +536,7 @@ class Guide:
 
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
+_MASK_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 _NO_CLASSES = np.zeros(0, dtype=np.int64)
 _SLAB_ROWS = 256  # masks per preallocated slab (4 MB at a 128k vocabulary)
 

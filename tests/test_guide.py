@@ -6,6 +6,7 @@ import zlib
 
 import numpy as np
 import pytest
+import torch
 
 from automata import Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
 from bpe import DisallowedTokenError, direct_merge
@@ -277,6 +278,19 @@ def test_bad_input_gets_typed_errors():
     guide = compile_regex(r"(yes|no)", ca)
     with pytest.raises(InvalidTokenError):
         guide.advance(guide.initial_state, ca.vocab_size)
+    # Bad mask buffers and states: named, and nothing written (row 0 of a good batch would be).
+    good = np.zeros((2, guide.num_words), dtype=np.int32)
+    for out in (np.zeros((2, guide.num_words), dtype=np.int64), torch.zeros((2, guide.num_words)),
+                np.zeros((1, guide.num_words), dtype=np.int32), np.zeros((2, guide.num_words + 1), dtype=np.uint32),
+                np.zeros(guide.num_words, dtype=np.int32)):
+        with pytest.raises(ValueError, match="int32 or uint32 buffer"):
+            guide.fill_bitmask([guide.initial_state, guide.initial_state], out)
+    for bad, error in ((2.0, TypeError), ("0", TypeError), (-1, ValueError), (10**12, ValueError)):
+        with pytest.raises(error, match="state"):
+            guide.fill_bitmask([guide.initial_state, bad], good)
+        assert not good.any()
+        with pytest.raises(error, match="state"):
+            guide.is_accepting(bad)
     with pytest.raises(DisallowedTokenError):
         guide.advance(guide.initial_state, runtime_of("gpt2").token_to_id("maybe"))
     with pytest.raises(DisallowedTokenError):  # EOS before the text is complete
