@@ -210,7 +210,10 @@ class Guide:
         mask does not allow (it would leave the language, make the tokenization non-canonical, or dead-end).
         """
         node, mc = self._split(state)
-        token_id = int(token_id)
+        try:
+            token_id = operator.index(token_id)
+        except TypeError:
+            raise InvalidTokenError(f"a token id is an int, not {type(token_id).__name__} ({token_id!r})") from None
         if not 0 <= token_id < self.vocab_size:
             raise InvalidTokenError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
         words = self._mask(state)

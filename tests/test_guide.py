@@ -278,6 +278,8 @@ def test_bad_input_gets_typed_errors():
     guide = compile_regex(r"(yes|no)", ca)
     with pytest.raises(InvalidTokenError):
         guide.advance(guide.initial_state, ca.vocab_size)
+    with pytest.raises(InvalidTokenError, match="float"):
+        guide.advance(guide.initial_state, float(runtime_of("gpt2").token_to_id("yes")))
     # Bad mask buffers and states: named, and nothing written (row 0 of a good batch would be).
     good = np.zeros((2, guide.num_words), dtype=np.int32)
     for out in (np.zeros((2, guide.num_words), dtype=np.int64), torch.zeros((2, guide.num_words)),
