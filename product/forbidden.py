@@ -22,6 +22,8 @@ Leaves out: which tokens a node allows (``product.guide``); the interval represe
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 from numba import njit
 
@@ -207,11 +209,18 @@ class ForbiddenSets:
         self.dense_row = np.full(M, -1, dtype=np.int64)
         self.dense_row[dense] = np.arange(len(dense))
         self.dense = np.zeros((len(dense), self.num_words), dtype=np.uint32)
-        self._scratch = np.zeros(self.num_words, dtype=np.uint32)  # _dead_flags' unpacked class (zero between calls)
+        self._per_thread = threading.local()  # _dead_flags' scratch: guides of one automaton compile in parallel
         self._stabbing = None  # (block offsets, block intervals, class of each interval), built on first use
         self._all_ones = np.full(self.num_words, np.uint32(0xFFFFFFFF))
         for row, mc in enumerate(dense.tolist()):
             self._flip(self.dense[row], self._all_ones, mc)
+
+    def _scratch(self) -> np.ndarray:
+        """This thread's row for ``_dead_flags`` to unpack a class into (all zero between calls)."""
+        scratch = getattr(self._per_thread, "scratch", None)
+        if scratch is None:
+            scratch = self._per_thread.scratch = np.zeros(self.num_words, dtype=np.uint32)
+        return scratch
 
     def _flip(self, words: np.ndarray, flips: np.ndarray, mc: int) -> None:
         _flip_forbidden(words, flips, self.order, self.starts, self.ends, int(self.offsets[mc]),
@@ -243,7 +252,7 @@ class ForbiddenSets:
         Y ⊆ F[c] and Z ∩ F[c] = ∅."""
         return _dead_flags(class_bounds, classes.astype(np.int64, copy=False), y_bounds, Y, z_bounds, Z,
                            self.size, self.order, self.position, self.starts, self.ends, self.offsets,
-                           self.dense_row, self.dense, self._scratch, self._all_ones)
+                           self.dense_row, self.dense, self._scratch(), self._all_ones)
 
     def dead_classes(self, Y: np.ndarray, Z: np.ndarray, classes: np.ndarray) -> np.ndarray:
         """The merge classes mc among ``classes`` with Y ⊆ F[mc] and Z ∩ F[mc] = ∅ (one row of ``dead_flags``).

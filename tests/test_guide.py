@@ -2,6 +2,7 @@
 random walks on unbounded patterns, the reference's examples, and bad input."""
 
 import re
+import threading
 import zlib
 
 import numpy as np
@@ -220,6 +221,42 @@ def test_a_small_mask_cache_evicts_and_recomputes_the_same_masks():
         compile_regex(pattern, automaton, cache_size=0)
 
 
+def test_one_guide_serves_many_threads():
+    """Requests share a compiled guide across threads (a state is an int): with a 3-row cache evicting all the
+    time and mask kernels releasing the GIL, every mask still equals the one computed alone."""
+    automaton, pattern = automaton_of("gpt2"), r"[a-z]{1,6}( [a-z]{1,6}){0,4}\."
+    alone = compile_regex(pattern, automaton)
+    rng = np.random.default_rng(0)
+    states = []
+    for _ in range(20):
+        state = alone.initial_state
+        while True:
+            states.append(state)
+            token = int(rng.choice(np.flatnonzero(alone.allowed(state))))
+            if token in alone.eos_token_ids:
+                break
+            state = alone.advance(state, token)
+    expected = np.zeros((len(states), alone.num_words), dtype=np.uint32)
+    alone.fill_bitmask(states, expected)
+    shared = compile_regex(pattern, automaton, cache_size=3)
+    wrong = []
+
+    def serve(seed):
+        picks = np.random.default_rng(seed).integers(len(states), size=1500).tolist()
+        out = np.zeros((1, shared.num_words), dtype=np.uint32)
+        for i in picks:
+            shared.fill_bitmask([states[i]], out)
+            wrong.extend([i] if not np.array_equal(out[0], expected[i]) else [])
+            assert np.array_equal(shared.allowed(states[i]), alone.allowed(states[i]))
+
+    threads = [threading.Thread(target=serve, args=(seed,)) for seed in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong
+
+
 @pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)"])
 def test_token_transitions_grouped_by_byte_class_equal_the_byte_walk(pattern, monkeypatch):
     """Large DFAs walk tokens grouped by byte-class sequence, small ones the byte trie: both give the same rows."""
@@ -366,6 +403,39 @@ def test_dead_classes_equal_the_automaton_sets():
             assert sorted(index.dead_classes(Y, Z, classes).tolist()) == sorted(expected)
             seen_dead += len(expected)
     assert seen_dead  # the test exercised dead classes, not only live ones
+
+
+def test_dead_classes_in_parallel_threads():
+    """Guides of one tokenizer compile in parallel: the dead-class kernel unpacks classes into a scratch row,
+    which each thread must have to itself (a shared one corrupts the answers)."""
+    from product.forbidden import _UNPACK_MIN
+    from product.guide import _forbidden_index
+
+    automaton = automaton_of("llama3")
+    index = _forbidden_index(automaton)
+    walked = np.flatnonzero((index.dense_row < 0) & (index.size > _UNPACK_MIN))
+    classes = walked[np.argsort(-index.size[walked])[:300]].astype(np.int64)
+    rng = np.random.default_rng(5)
+    cases = []
+    for source in classes[:8].tolist():
+        members = np.flatnonzero(automaton.forbidden(source))
+        Y = np.sort(rng.choice(members, _UNPACK_MIN + 1, replace=False)).astype(np.int32)
+        cases.append((Y, index.dead_classes(Y, np.zeros(0, np.int32), classes)))
+    assert any(len(dead) for _, dead in cases)
+    wrong = []
+
+    def work():
+        for _ in range(15):
+            for Y, dead in cases:
+                if not np.array_equal(index.dead_classes(Y, np.zeros(0, np.int32), classes), dead):
+                    wrong.append(1)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not wrong
 
 
 def test_dead_classes_over_every_class_equal_the_probes():
