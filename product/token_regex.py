@@ -191,7 +191,8 @@ class TokenTransitions:
             done = offsets[origin]
             tokens, targets = (np.concatenate([a[:done], np.empty(offsets[-1] - done, np.int32)])
                                for a in (tokens, targets))
-            _walk(*walk, origin, False, max_entries, offsets, tokens, targets)
+            stopped = _walk(*walk, origin, False, max_entries, offsets, tokens, targets)
+            assert stopped == num_states, "the arrays were sized by counting the rows"
         total = offsets[-1]
         if total < capacity:
             tokens, targets = tokens[:total].copy(), targets[:total].copy()
