@@ -215,6 +215,16 @@ class ForbiddenSets:
         for row, mc in enumerate(dense.tolist()):
             self._flip(self.dense[row], self._all_ones, mc)
 
+    def __getstate__(self) -> dict:
+        """Pickled with a guide (e.g. to a worker process), without the per-thread scratch rows."""
+        state = self.__dict__.copy()
+        del state["_per_thread"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._per_thread = threading.local()
+
     def _scratch(self) -> np.ndarray:
         """This thread's row for ``_dead_flags`` to unpack a class into (all zero between calls)."""
         scratch = getattr(self._per_thread, "scratch", None)

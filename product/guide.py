@@ -158,6 +158,16 @@ class Guide:
         self._forced: dict[int, tuple[int, ...]] = {}
         self._mask(self.initial_state)  # the first step's mask is part of compiling (and warms the mask path)
 
+    def __getstate__(self) -> dict:
+        """A guide pickles (e.g. to a worker process) without its lock; the copy gets a fresh one."""
+        state = self.__dict__.copy()
+        del state["_lock"]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     # ---- sizes --------------------------------------------------------------------------------------------
     @property
     def num_nodes(self) -> int:

@@ -140,6 +140,9 @@ class TokenTransitions:
         lo, hi = self.offsets[state], self.offsets[state + 1]
         return self.tokens[lo:hi], self.targets[lo:hi]
 
+    def __getstate__(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "_scalar"}  # memoryviews do not pickle; rebuilt on use
+
     @cached_property
     def _scalar(self) -> tuple[memoryview, memoryview, memoryview]:
         # ``target`` runs once per generated token: bisect over memoryviews costs ~1 µs, a numpy searchsorted on

@@ -1,6 +1,7 @@
 """CartesianMerge guides against the real runtime: exact masks on finite languages, DirectMerge agreement,
 random walks on unbounded patterns, the reference's examples, and bad input."""
 
+import pickle
 import re
 import threading
 import zlib
@@ -255,6 +256,12 @@ def test_one_guide_serves_many_threads():
     for thread in threads:
         thread.join()
     assert not wrong
+    # A guide also travels to another process by pickle (its lock and per-thread scratch are recreated there).
+    copied = pickle.loads(pickle.dumps(shared))
+    for state in states[:50]:
+        assert np.array_equal(copied.allowed(state), alone.allowed(state))
+        token = int(np.flatnonzero(alone.allowed(state))[0])
+        assert copied.advance(state, token) == alone.advance(state, token)
 
 
 @pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)"])
