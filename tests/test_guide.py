@@ -3,8 +3,8 @@ random walks on unbounded patterns, the reference's examples, and bad input."""
 
 import pickle
 import re
-import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -240,22 +240,20 @@ def test_one_guide_serves_many_threads():
     expected = np.zeros((len(states), alone.num_words), dtype=np.uint32)
     alone.fill_bitmask(states, expected)
     shared = compile_regex(pattern, automaton, cache_size=3)
-    wrong = []
 
-    def serve(seed):
+    def serve(seed):  # the states whose mask came out wrong (an exception reaches the test through map)
         picks = np.random.default_rng(seed).integers(len(states), size=1500).tolist()
         out = np.zeros((1, shared.num_words), dtype=np.uint32)
+        wrong = []
         for i in picks:
             shared.fill_bitmask([states[i]], out)
-            wrong.extend([i] if not np.array_equal(out[0], expected[i]) else [])
-            assert np.array_equal(shared.allowed(states[i]), alone.allowed(states[i]))
+            if not np.array_equal(out[0], expected[i]) or not np.array_equal(shared.allowed(states[i]),
+                                                                            alone.allowed(states[i])):
+                wrong.append(i)
+        return wrong
 
-    threads = [threading.Thread(target=serve, args=(seed,)) for seed in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not wrong
+    with ThreadPoolExecutor(4) as pool:
+        assert not any(pool.map(serve, range(4)))
     # A guide also travels to another process by pickle (its lock and per-thread scratch are recreated there).
     copied = pickle.loads(pickle.dumps(shared))
     for state in states[:50]:
@@ -429,20 +427,13 @@ def test_dead_classes_in_parallel_threads():
         Y = np.sort(rng.choice(members, _UNPACK_MIN + 1, replace=False)).astype(np.int32)
         cases.append((Y, index.dead_classes(Y, np.zeros(0, np.int32), classes)))
     assert any(len(dead) for _, dead in cases)
-    wrong = []
 
-    def work():
-        for _ in range(15):
-            for Y, dead in cases:
-                if not np.array_equal(index.dead_classes(Y, np.zeros(0, np.int32), classes), dead):
-                    wrong.append(1)
+    def work(_):  # how many answers came out wrong
+        return sum(not np.array_equal(index.dead_classes(Y, np.zeros(0, np.int32), classes), dead)
+                   for _ in range(15) for Y, dead in cases)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not wrong
+    with ThreadPoolExecutor(4) as pool:
+        assert sum(pool.map(work, range(4))) == 0
 
 
 def test_dead_classes_over_every_class_equal_the_probes():
