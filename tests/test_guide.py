@@ -196,23 +196,30 @@ def test_fill_bitmask_and_forced_tokens_agree_with_allowed():
     assert guide.forced_tokens(states[-1]) == ()  # accepting: EOS is a choice
 
 
+def _random_steps(guide, walks: int, seed: int) -> list[tuple[int, int]]:
+    """(state, token) for every step of ``walks`` uniform random walks over allowed tokens, each up to EOS."""
+    rng = np.random.default_rng(seed)
+    steps = []
+    for _ in range(walks):
+        state = guide.initial_state
+        while True:
+            token = int(rng.choice(np.flatnonzero(guide.allowed(state))))
+            steps.append((state, token))
+            if token in guide.eos_token_ids:
+                break
+            state = guide.advance(state, token)
+    return steps
+
+
 def test_a_small_mask_cache_evicts_and_recomputes_the_same_masks():
     """Masks live in reused cache rows; evicting and recomputing them (cache of 2 masks) changes nothing."""
     automaton, pattern = automaton_of("gpt2"), r"[a-z]{1,6}( [a-z]{1,6}){0,4}\."
     small, large = compile_regex(pattern, automaton, cache_size=2), compile_regex(pattern, automaton)
-    rng = np.random.default_rng(0)
-    visited = []
-    for _ in range(10):
-        state = large.initial_state
-        while True:
-            visited.append(state)
-            allowed = large.allowed(state)
-            assert np.array_equal(small.allowed(state), allowed)
-            tokens = np.flatnonzero(allowed)
-            token = int(rng.choice(tokens))
-            if token in large.eos_token_ids:
-                break
-            assert small.advance(state, token) == (state := large.advance(state, token))
+    steps = _random_steps(large, 10, seed=0)
+    for state, token in steps:
+        assert np.array_equal(small.allowed(state), large.allowed(state))
+        assert small.advance(state, token) == large.advance(state, token)
+    visited = [state for state, _ in steps]
     out = np.zeros((len(visited), small.num_words), dtype=np.int32)
     small.fill_bitmask(visited, out)  # a batch far larger than the cache
     expected = np.zeros_like(out)
@@ -227,16 +234,7 @@ def test_one_guide_serves_many_threads():
     time and mask kernels releasing the GIL, every mask still equals the one computed alone."""
     automaton, pattern = automaton_of("gpt2"), r"[a-z]{1,6}( [a-z]{1,6}){0,4}\."
     alone = compile_regex(pattern, automaton)
-    rng = np.random.default_rng(0)
-    states = []
-    for _ in range(20):
-        state = alone.initial_state
-        while True:
-            states.append(state)
-            token = int(rng.choice(np.flatnonzero(alone.allowed(state))))
-            if token in alone.eos_token_ids:
-                break
-            state = alone.advance(state, token)
+    states = [state for state, _ in _random_steps(alone, 20, seed=0)]
     expected = np.zeros((len(states), alone.num_words), dtype=np.uint32)
     alone.fill_bitmask(states, expected)
     shared = compile_regex(pattern, automaton, cache_size=3)
