@@ -215,25 +215,30 @@ class CanonicalAutomaton:
         out[self.pending_tokens[lo:hi]] = True
         return out & ~self.forbidden(mc)
 
-    def class_after(self, class_id: int, token_id: int) -> int:
+    def class_after(self, class_id: int, token_id: int, *, known_allowed: bool = False) -> int:
         """The class reached by appending ``token_id`` in class ``class_id``; ``DisallowedTokenError`` if the
-        token may not come next."""
+        token may not come next.
+
+        ``known_allowed``: the caller knows the token may come next (a guide's mask said so), so the forbidden-set
+        search runs only for the tokens that may either continue the piece or start a new one (0.05% of (context,
+        token) pairs on GPT-2 and Llama-3); for any other token the one move it has is the answer. (The search was
+        half of a guide's ``advance``.) The result is unspecified for a token that may not come next."""
         ctx, mc = self._split(class_id)
         if not 0 <= token_id < self.vocab_size:
             raise ValueError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
         s = self._scalar
         nxt = -1
         if ctx < self.num_open_contexts:
-            inside = s["inside_next"][ctx, token_id]
-            if inside >= 0 and not self._forbids(mc, token_id):
+            inside, boundary = s["inside_next"][ctx, token_id], s["boundary_next"][ctx, token_id]
+            if inside >= 0 and ((known_allowed and boundary < 0) or not self._forbids(mc, token_id)):
                 nxt = inside
             else:
-                nxt = s["boundary_next"][ctx, token_id]
+                nxt = boundary
         else:
             row = ctx - self.num_open_contexts
             tokens, hi = s["pending_tokens"], s["pending_offsets"][row + 1]
             i = bisect.bisect_left(tokens, token_id, s["pending_offsets"][row], hi)
-            if i < hi and tokens[i] == token_id and not self._forbids(mc, token_id):
+            if i < hi and tokens[i] == token_id and (known_allowed or not self._forbids(mc, token_id)):
                 nxt = s["pending_next"][i]
         if nxt < 0:
             raise DisallowedTokenError(f"token {token_id} may not follow class {class_id}")
