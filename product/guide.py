@@ -185,8 +185,8 @@ class Guide:
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes held by the compiled guide (transitions, node rows, liveness), excluding the mask cache and the
-        shared canonical automaton."""
+        """Bytes held by the compiled guide (transitions, node rows, the mask cache's rows allocated so far),
+        excluding the canonical automaton and what it shares among its guides."""
         arrays = [self._transitions.offsets, self._transitions.tokens, self._transitions.targets]
         arrays += [a for rows in self._rows for a in rows[1:] if a is not None]
         arrays += [self._pending_row_tokens, self._pending_row_bounds, self._pending_index]
