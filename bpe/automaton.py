@@ -174,8 +174,11 @@ class CanonicalAutomaton:
         np.add.at(marks, self.forbid_ends[lo:hi], -1)
         return (np.cumsum(marks[:-1]) > 0)[self.forbid_position]
 
-    def forbids(self, merge_class: int, tokens: np.ndarray) -> np.ndarray:
-        """bool per token: whether ``merge_class`` forbids it (a binary search in the class's intervals)."""
+    def forbids(self, merge_class: int, tokens: np.ndarray | int) -> np.ndarray | bool:
+        """bool per token: whether ``merge_class`` forbids it (a binary search in the class's intervals); for one
+        token given as an int, a bool."""
+        if type(tokens) is int:
+            return self._forbids(merge_class, tokens)
         tokens = np.asarray(tokens)
         lo, hi = self.forbid_offsets[merge_class], self.forbid_offsets[merge_class + 1]
         if lo == hi or not tokens.size:

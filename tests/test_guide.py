@@ -211,6 +211,52 @@ def _random_steps(guide, walks: int, seed: int) -> list[tuple[int, int]]:
     return steps
 
 
+def test_advance_takes_exactly_the_tokens_of_the_mask():
+    """``advance`` decides a token from the node's rows, not from a computed mask: in states of every kind (an
+    unfinished character, few class-dependent tokens, many), it accepts exactly the mask's tokens, EOS included,
+    over the whole vocabulary."""
+    guide = compile_regex(r'"[^"\\]{0,12}"( [a-z]{1,8}){0,2}', automaton_of("gpt2"))
+    by_kind: dict[str, list[int]] = {}
+    for state, _ in _random_steps(guide, 12, seed=3):
+        node = state // guide._M
+        kind = "pending" if guide._pending_index[node] >= 0 else "sparse" if guide._rows[node][0] else "dense"
+        if state not in by_kind.setdefault(kind, []) and len(by_kind[kind]) < 4:
+            by_kind[kind].append(state)
+    assert sorted(by_kind) == ["dense", "pending", "sparse"], {k: len(v) for k, v in by_kind.items()}
+    row_of = np.repeat(np.arange(len(guide._pending_row_bounds) - 1), np.diff(guide._pending_row_bounds))
+    assert (np.diff(guide._pending_row_tokens)[np.diff(row_of) == 0] > 0).all()  # rows ascending (searched)
+    for state in [s for states in by_kind.values() for s in states]:
+        taken = np.zeros(guide.vocab_size, dtype=bool)
+        for token in range(guide.vocab_size):
+            try:
+                guide.advance(state, token)
+                taken[token] = True
+            except DisallowedTokenError:
+                pass
+        assert np.array_equal(taken, guide.allowed(state)), state
+
+
+def test_the_one_token_check_is_the_mask_formula_on_any_rows():
+    """``advance``'s check reads the rows a mask is computed from. Rows of every shape — few class-dependent
+    tokens over a short or a packed X, many (packed XY and D), tokens in Y only, in Z only, in both (Z-only
+    tokens do not occur in the patterns tried, so the rows are drawn at random) — give the mask's bit for every
+    token and several merge classes."""
+    automaton = automaton_of("gpt2")
+    guide = compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton)
+    node = next(n for n in range(guide.num_nodes) if guide._pending_index[n] < 0)
+    rng = np.random.default_rng(0)
+    V, words = guide.vocab_size, np.zeros(guide.num_words, dtype=np.uint32)
+    classes = rng.choice(np.flatnonzero(guide._forbidden.size > 0), 3, replace=False).tolist() + [0]
+    for x, y, z in [(20, 40, 40), (2000, 60, 60), (50, 3000, 3000), (5000, 400, 30)]:
+        X, Y, Z = (rng.choice(V - 1, n, replace=False) for n in (x, y, z))  # the last id is GPT-2's EOS
+        Z[: len(Z) // 2] = Y[: len(Z) // 2]  # half of Z in Y too
+        guide._store_rows(node, X, Y, Z)
+        for mc in classes:
+            guide._compute_mask(node, mc, words)
+            mask = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
+            assert [guide._allows(node, mc, t) for t in range(V)] == mask.tolist(), (x, y, z, mc)
+
+
 def test_a_small_mask_cache_evicts_and_recomputes_the_same_masks():
     """Masks live in reused cache rows; evicting and recomputing them (cache of 2 masks) changes nothing."""
     automaton, pattern = automaton_of("gpt2"), r"[a-z]{1,6}( [a-z]{1,6}){0,4}\."
