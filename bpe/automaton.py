@@ -50,7 +50,7 @@ from pathlib import Path
 
 import numpy as np
 
-from automata.dfa import row_bounds, unique_rows
+from automata.dfa import find_sorted, row_bounds, unique_rows
 from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
@@ -239,9 +239,8 @@ class CanonicalAutomaton:
                 nxt = boundary
         else:
             row = ctx - self.num_open_contexts
-            tokens, hi = s["pending_tokens"], s["pending_offsets"][row + 1]
-            i = bisect.bisect_left(tokens, token_id, s["pending_offsets"][row], hi)
-            if i < hi and tokens[i] == token_id and (known_allowed or not self._forbids(mc, token_id)):
+            i = find_sorted(s["pending_tokens"], token_id, s["pending_offsets"][row], s["pending_offsets"][row + 1])
+            if i >= 0 and (known_allowed or not self._forbids(mc, token_id)):
                 nxt = s["pending_next"][i]
         if nxt < 0:
             raise DisallowedTokenError(f"token {token_id} may not follow class {class_id}")

@@ -13,7 +13,6 @@ automaton) and special tokens (they have no bytes and are never walked).
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -21,7 +20,7 @@ import numpy as np
 
 from numba import njit
 
-from automata.dfa import DFA, concat_aranges, row_bounds, unique_rows
+from automata.dfa import DFA, concat_aranges, find_sorted, row_bounds, unique_rows
 from automata.errors import StateLimitError
 
 __all__ = ["VocabularyTrie", "TokenTransitions"]
@@ -152,9 +151,8 @@ class TokenTransitions:
     def target(self, state: int, token: int) -> int:
         """``delta(state, token)``, or -1 if the token's bytes leave the language."""
         offsets, tokens, targets = self._scalar
-        hi = offsets[state + 1]
-        i = bisect.bisect_left(tokens, token, offsets[state], hi)
-        return targets[i] if i < hi and tokens[i] == token else -1
+        i = find_sorted(tokens, token, offsets[state], offsets[state + 1])
+        return targets[i] if i >= 0 else -1
 
     @staticmethod
     def build(dfa: DFA, trie: VocabularyTrie, *, max_entries: int = 50_000_000) -> "TokenTransitions":
