@@ -5,7 +5,8 @@ whitespace, strings escaped as ``json.dumps`` escapes them, numbers as it writes
 
 YAML (``style="yaml"``) is block style with two-space indentation::
 
-    name: Ada                       # a plain scalar: plain-safe (vegas.lexical) and not length/pattern/format bound
+    name: Ada                       # plain: plain-safe (vegas.lexical), and the schema bounds no length, gives
+                                    # no pattern or format, and constrains something (not true/{})
     motto: "Yes: and #1"            # double-quoted otherwise, with JSON's escapes (+ \\u for YAML's unprintables)
     tags:                           # a non-empty sequence under a key: items indented two spaces
       - math
@@ -15,6 +16,7 @@ YAML (``style="yaml"``) is block style with two-space indentation::
       - title: analyst              # a mapping inside a sequence starts on the dash's line
         year: 1843
     empty: []                       # empty collections in flow style: [] and {}
+    "other": 1                      # keys the schema does not declare: double-quoted
 
 Floats keep a dot in the mantissa of exponent forms (``1.0e+16``), which YAML 1.1 readers need to read a float.
 Every text reads back as the value: ``json.loads`` for JSON, any YAML 1.1 or 1.2 reader (``yaml.safe_load``).
@@ -55,12 +57,13 @@ def write_number(value, style: str) -> str:
     return text
 
 
-def write_key(name: str, style: str) -> str:
+def write_key(name: str, style: str, *, declared: bool = True) -> str:
     """A key with what separates it from its value's text: ``"name": `` (JSON) or ``name:`` (YAML; the value's
-    text starts with its own space or line break)."""
+    text starts with its own space or line break). YAML writes keys the schema declares plain where safe, and
+    other keys double-quoted."""
     if style == "json":
         return json.dumps(name, ensure_ascii=False) + ": "
-    return write_string(name, "yaml") + ":"
+    return write_string(name, "yaml", plain_ok=declared) + ":"
 
 
 def _scalar(value, style: str, lead: str, *, plain_ok: bool = True) -> str:
@@ -91,7 +94,7 @@ def write_value(value, style: str, pos=None) -> str:
     lead = pos.scalar_lead() if style == "yaml" else ""
     if isinstance(value, dict):
         inner = Position("key", pos.block()[2]) if style == "yaml" else pos
-        parts = [write_key(str(k), style) + write_value(v, style, inner) for k, v in value.items()]
+        parts = [write_key(str(k), style, declared=False) + write_value(v, style, inner) for k, v in value.items()]
         return _collection(parts, "{", "}", style, pos)
     if isinstance(value, (list, tuple)):
         inner = Position("item", pos.block()[2]) if style == "yaml" else pos
@@ -166,7 +169,8 @@ class _Writer:
             for name in order:
                 sub, where = (props[name], f"{alt.pointer}/properties/{name}") if name in props else \
                     (additional, f"{alt.pointer}/additionalProperties")
-                parts.append(write_key(str(name), style) + self.write(value[name], sub, where, inner, alt.stack))
+                parts.append(write_key(str(name), style, declared=name in props) +
+                             self.write(value[name], sub, where, inner, alt.stack))
             return _collection(parts, "{", "}", style, pos)
         return _scalar(value, style, lead)
 

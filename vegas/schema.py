@@ -18,8 +18,7 @@ Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``
 ``min/maxProperties``, ``uniqueItems``, ``contains``, ``multipleOf``, ``unevaluated*``, remote ``$ref``s,
 fractional number bounds, a ``pattern`` combined with a length bound or a ``format``. Values of ``true`` schemas
 (anything) are generated up to ``any_depth`` levels of nesting. Additional keys are never one of the declared
-keys; duplicated additional keys are not excluded (no regular language can). In YAML, additional keys are written
-plain, so an additional key that is not plain-safe is not generated.
+keys; duplicated additional keys are not excluded (no regular language can).
 """
 
 from __future__ import annotations
@@ -392,7 +391,7 @@ class Compiler:
                 raise UnsupportedSchemaError(f"format {fmt!r} together with a length bound", keyword="format",
                                              pointer=p)
             body = fmt_regex  # formats use no character the layout escapes
-        elif self.style == "yaml" and lo == 0 and hi is None:
+        elif self.style == "yaml" and not yaml_always_quoted(s):
             return lead + _union([lexical.plain_regex(), '"' + lexical.not_plain_body("yaml") + '"'])
         else:
             body = lexical.free_string_body(self.style, lo, hi)
@@ -482,9 +481,7 @@ class Compiler:
 
     def _other_key(self, declared: list[str]) -> str:
         """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
-        if self.style == "json":
-            return '"' + _string_except(declared, "json") + '": '
-        return lexical.plain_regex(frozenset(declared)) + ":"  # other keys are written plain (module docstring)
+        return '"' + _string_except(declared, self.style) + ('": ' if self.style == "json" else '":')
 
 
 def _string_except(words: list[str], style: str) -> str:
@@ -512,10 +509,12 @@ def _string_except(words: list[str], style: str) -> str:
 
 def yaml_always_quoted(schema: dict) -> bool:
     """Whether a YAML string of this schema is double-quoted even where it is plain-safe: strings with a length
-    bound, a pattern or a known format are (their plain and quoted forms could not be told apart by a regex)."""
+    bound, a pattern or a known format (a regex could not split their plain and quoted forms), and strings of
+    schemas that constrain nothing (``true``, ``{}``: keeps the regex of "any value" small)."""
     fmt = schema.get("format")
     return (schema.get("minLength", 0) > 0 or schema.get("maxLength") is not None or "pattern" in schema
-            or (isinstance(fmt, str) and lexical.format_regex(fmt) is not None))
+            or (isinstance(fmt, str) and lexical.format_regex(fmt) is not None)
+            or not (schema.keys() - _ANNOTATIONS))
 
 
 def _escape_pointer(name: str) -> str:
