@@ -18,7 +18,8 @@ YAML (``style="yaml"``) is block style with two-space indentation::
     empty: []                       # empty collections in flow style: [] and {}
     "other": 1                      # keys the schema does not declare: double-quoted
 
-Floats keep a dot in the mantissa of exponent forms (``1.0e+16``), which YAML 1.1 readers need to read a float.
+Floats with an integral value below 1e16 are written as integers (one text per value). Floats keep a dot in the
+mantissa of exponent forms (``1.0e+16``), which YAML 1.1 readers need to read a float.
 Every text reads back as the value: ``json.loads`` for JSON, any YAML 1.1 or 1.2 reader (``yaml.safe_load``).
 
 Keys of an object come in the schema's ``properties`` order, then the others in the instance's order;
@@ -50,6 +51,8 @@ def write_string(text: str, style: str, *, plain_ok: bool = True) -> str:
 
 
 def write_number(value, style: str) -> str:
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e16:
+        value = int(value)  # one text per value: 30.0 is 30 (vegas.lexical)
     text = json.dumps(value)
     if style == "yaml" and "e" in text and "." not in text.split("e")[0]:
         mantissa, exponent = text.split("e")
@@ -142,8 +145,12 @@ class _Writer:
 
         s, style = alt.schema, self.style
         lead = pos.scalar_lead() if style == "yaml" else ""
-        if "enum" in s or "const" in s:
-            return write_value(value, style, pos)
+        if "enum" in s or "const" in s:  # the schema's own spelling of an equal member (its key order)
+            from vegas.schema import _json_equal
+
+            members = s["enum"] if "enum" in s else [s["const"]]
+            same = [m for m in members if _json_equal(m, value)] if isinstance(members, list) else []
+            return write_value(same[0] if same else value, style, pos)
         if type_ == "string":
             return _scalar(value, style, lead, plain_ok=not yaml_always_quoted(s))
         if type_ == "array":

@@ -4,8 +4,10 @@ string formats, and ECMA-262 ``pattern``s translated to the written (escaped) te
 Every regex here matches *written text* (what follows a key's ``": "``), and ``vegas.layout`` writes values
 with the same rules, so ``re.fullmatch(regex, text)`` is the test of both.
 
-Numbers are written as ``json.dumps`` writes Python numbers: integers in decimal, floats as ``repr`` (``1.5``,
-``100.0``, ``1e+16``, ``1.5e-05``). The regexes accept every such spelling without redundant zeros; they do not
+Numbers are written as ``json.dumps`` writes Python numbers, except that a float with an integral value below 1e16
+is written as that integer (``30.0`` as ``30``: one text per value, as JSON Schema does not tell 30 from 30.0):
+integers in decimal, other floats as ``repr`` (``1.5``, ``1e+16``, ``1.5e-05``). The regexes accept every such
+spelling without redundant zeros; they do not
 enforce that a float's digits are the *shortest* round-trip ones (``0.30000000000000004`` vs ``0.3``), which no
 regular language can.
 
@@ -87,7 +89,7 @@ def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: 
                  hi_exclusive: bool = False, style: str = "json") -> str | None:
     """Numbers (integers or floats) as written, within integer bounds (None: unbounded).
 
-    A text ``n`` or ``n.f`` (f non-zero) stands for a value in [n, n+1); bounds on integers decide which integer
+    A text ``n`` or ``n.f`` (f non-zero, so integral values have one text) stands for a value in [n, n+1); bounds on integers decide which integer
     parts may carry a fraction. Exponent forms are values below 1e-4 or from 1e16 in magnitude, kept where the
     bounds admit all of them. YAML writes a dot in every exponent form's mantissa (``1.0e+16``: YAML 1.1 readers
     read ``1e+16`` as a string)."""
@@ -96,7 +98,7 @@ def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: 
     parts = []
     whole = integer_regex(lo_int, hi_int)
     if whole:
-        parts.append(f"{whole}(\\.0)?")
+        parts.append(whole)
     # n.f with f > 0: n >= 0 needs lo <= n and n + 1 <= hi; -(n.f) needs -(n + 1) >= lo and -n <= hi.
     pos = _naturals(max(0, lo) if lo is not None else 0, None if hi is None else hi - 1)
     if pos:

@@ -38,6 +38,7 @@ __all__ = ["schema_regex", "Position", "TOP"]
 TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
 _SCALARS = ("null", "boolean", "number", "string")
 _ANY_MARK = "*"  # on an alternative's stack: one level of a true schema's nesting
+_ITEMS = ("items", "prefixItems", "additionalItems")
 _ANNOTATIONS = {"title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
                 "readOnly", "writeOnly", "deprecated", "$anchor", "contentMediaType", "contentEncoding",
                 "contentSchema", "discriminator", "$defs", "definitions", "$vocabulary", "xml", "externalDocs"}
@@ -271,11 +272,13 @@ class Compiler:
                 merged.pop(key)
                 merged["enum"] = both if "enum" not in merged else \
                     [v for v in both if any(_json_equal(v, w) for w in merged["enum"])]
-            elif key == "items":
-                merged[key] = {"allOf": [merged[key], value]}
+            elif key in ("items", "prefixItems", "additionalItems"):
+                continue  # below: item i of the merge satisfies item i of both sides
             else:
                 raise UnsupportedSchemaError(f"allOf/anyOf combining two different {key!r} values",
                                              keyword=key, pointer=where)
+        if any(k in sa for k in _ITEMS) and any(k in sb for k in _ITEMS):
+            merged.update(self._merge_items(sa, sb))
         if "properties" in sa or "properties" in sb:
             merged["properties"] = self._merge_properties(sa, sb)
         if "additionalProperties" in sa and "additionalProperties" in sb:
@@ -283,6 +286,18 @@ class Compiler:
         merged["type"] = list(dict.fromkeys(types))
         return Alternative(merged, a.pointer, tuple(dict.fromkeys(types)), a.stack + tuple(
             p for p in b.stack if p not in a.stack))
+
+    @staticmethod
+    def _merge_items(sa: dict, sb: dict) -> dict:
+        """Item i of a merged array satisfies each side's schema for position i (its prefix slot, or its items)."""
+        def slots(sch: dict) -> tuple[list, object]:
+            items, prefix = sch.get("items", True), sch.get("prefixItems", [])
+            return (items, sch.get("additionalItems", True)) if isinstance(items, list) else (prefix, items)
+
+        (pa, ra), (pb, rb) = slots(sa), slots(sb)
+        both = lambda x, y: x if y is True else y if x is True else {"allOf": [x, y]}  # noqa: E731
+        prefix = [both(pa[i] if i < len(pa) else ra, pb[i] if i < len(pb) else rb) for i in range(max(len(pa), len(pb)))]
+        return {"prefixItems": prefix, "items": both(ra, rb)}
 
     @staticmethod
     def _merge_properties(sa: dict, sb: dict) -> dict:
@@ -296,16 +311,25 @@ class Compiler:
         return out
 
     def _check_disjoint(self, alts: list[Alternative], pointer: str) -> None:
-        """oneOf is a union only when no instance satisfies two branches: checked on the branches' automata."""
+        """oneOf is the union of its branches only when no instance satisfies two of them. A pair is disjoint
+        when their merge (the schema of instances satisfying both) has no text; branches of scalar types only
+        (one text per value) are compared on their automata instead when they cannot be merged (two patterns)."""
         from automata import from_regex
 
-        dfas = []
-        for alt in alts:
-            regex = _union(self.typed(alt, t, TOP) for t in alt.types)
-            dfas.append(from_regex(regex) if regex is not None else None)
-        for i in range(len(dfas)):
-            for j in range(i + 1, len(dfas)):
-                if dfas[i] is not None and dfas[j] is not None and not dfas[i].intersect(dfas[j]).is_empty():
+        for i in range(len(alts)):
+            for j in range(i + 1, len(alts)):
+                a, b = alts[i], alts[j]
+                try:
+                    both = self._merge(a, b)
+                    overlap = both is not None and _union(self.typed(both, t, TOP) for t in both.types) is not None
+                except UnsupportedSchemaError:
+                    if not set(a.types + b.types) <= set(_SCALARS + ("integer",)):
+                        raise UnsupportedSchemaError(f"oneOf branches {i} and {j} are not provably disjoint",
+                                                     keyword="oneOf", pointer=pointer) from None
+                    ra, rb = (_union(self.typed(x, t, TOP) for t in x.types) for x in (a, b))
+                    overlap = ra is not None and rb is not None and not \
+                        from_regex(ra).intersect(from_regex(rb)).is_empty()
+                if overlap:
                     raise UnsupportedSchemaError(
                         f"oneOf branches {i} and {j} overlap (an instance can satisfy both)", keyword="oneOf",
                         pointer=pointer)
@@ -372,11 +396,7 @@ class Compiler:
         return None if regex is None else lead + regex
 
     def _string(self, s: dict, p: str, lead: str) -> str | None:
-        lo, hi = s.get("minLength", 0), s.get("maxLength")
-        for keyword, value in (("minLength", lo), ("maxLength", hi)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise SchemaError(f"{keyword} must be a non-negative integer, not {value!r}", keyword=keyword,
-                                  pointer=p)
+        lo, hi = _count(s, "minLength", 0, p), _count(s, "maxLength", None, p)
         if hi is not None and hi < lo:
             return None
         pattern, fmt = s.get("pattern"), s.get("format")
@@ -399,11 +419,7 @@ class Compiler:
 
     def _array(self, alt: Alternative, pos: Position) -> str | None:
         s, p = alt.schema, alt.pointer
-        lo, hi = s.get("minItems", 0), s.get("maxItems")
-        for keyword, value in (("minItems", lo), ("maxItems", hi)):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-                raise SchemaError(f"{keyword} must be a non-negative integer, not {value!r}", keyword=keyword,
-                                  pointer=p)
+        lo, hi = _count(s, "minItems", 0, p), _count(s, "maxItems", None, p)
         items, prefix = s.get("items", True), s.get("prefixItems", [])
         if isinstance(items, list):  # drafts 4 to 2019-09: an array of items is prefixItems
             prefix, items = items, s.get("additionalItems", True)
@@ -505,6 +521,17 @@ def _string_except(words: list[str], style: str) -> str:
         return "(" + "|".join(alts) + ")"
 
     return walk(trie)
+
+
+def _count(schema: dict, keyword: str, default, pointer: str):
+    """A length or item count bound: a non-negative integer (``2.0`` is 2)."""
+    value = schema.get(keyword, default)
+    if value is default:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise SchemaError(f"{keyword} must be a non-negative integer, not {value!r}", keyword=keyword,
+                          pointer=pointer)
+    return int(value)
 
 
 def yaml_always_quoted(schema: dict) -> bool:
