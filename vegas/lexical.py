@@ -33,7 +33,9 @@ __all__ = ["integer_regex", "number_regex", "quoted_regex", "plain_regex", "is_p
 
 _NAT = "(0|[1-9][0-9]*)"
 _FRACTION = r"\.([0-9]*[1-9]|0)"  # no redundant trailing zero: 1.5, 1.0, never 1.50
-_EXP_DIGITS = "[0-9]{2,3}"  # repr writes at least two exponent digits: 1e-05, 1e+16, 1e+300
+# repr writes exponents only below 1e-4 and from 1e16, with at least two digits: 1e-05, 1e+16, 1e+300.
+_SMALL_EXPONENT = r"e-(0[5-9]|[1-9][0-9]|[1-3][0-9][0-9])"
+_BIG_EXPONENT = r"e\+(1[6-9]|[2-9][0-9]|[1-3][0-9][0-9])"
 
 
 def _same_length(lo: str, hi: str) -> str:
@@ -110,10 +112,10 @@ def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: 
     small_pos = (lo is None or lo < 0 or (lo == 0)) and (hi is None or hi >= 1)
     small_neg = (hi is None or hi > 0 or (hi == 0)) and (lo is None or lo <= -1)
     big_pos, big_neg = hi is None and (lo is None or lo < 10 ** 16), lo is None and (hi is None or hi > -10 ** 16)
-    for sign, exp_sign, admitted in (("", "-", small_pos), ("-", "-", small_neg), ("", r"\+", big_pos),
-                                     ("-", r"\+", big_neg)):
+    for sign, exponent, admitted in (("", _SMALL_EXPONENT, small_pos), ("-", _SMALL_EXPONENT, small_neg),
+                                     ("", _BIG_EXPONENT, big_pos), ("-", _BIG_EXPONENT, big_neg)):
         if admitted:
-            parts.append(f"{sign}{mantissa}e{exp_sign}{_EXP_DIGITS}")
+            parts.append(f"{sign}{mantissa}{exponent}")
     if not parts:
         return None
     return "(" + "|".join(parts) + ")"
