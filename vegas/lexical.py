@@ -42,11 +42,12 @@ def _same_length(lo: str, hi: str) -> str:
     """Decimal strings of len(lo) == len(hi) digits between lo and hi (inclusive), leading digits as given."""
     if lo == hi:
         return lo
-    if len(lo) == 1:
-        return f"[{lo}-{hi}]"
+    n = len(lo) - 1
+    if lo[1:] == "0" * n and hi[1:] == "9" * n:  # every tail: one class and a count (huge bounds stay small)
+        head = lo[0] if lo[0] == hi[0] else f"[{lo[0]}-{hi[0]}]"
+        return head + ("" if n == 0 else "[0-9]" if n == 1 else f"[0-9]{{{n}}}")
     if lo[0] == hi[0]:
         return lo[0] + _same_length(lo[1:], hi[1:])
-    n = len(lo) - 1
     parts = [lo[0] + _same_length(lo[1:], "9" * n)]
     if int(hi[0]) - int(lo[0]) > 1:
         parts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}][0-9]" + (f"{{{n}}}" if n > 1 else ""))
@@ -60,10 +61,16 @@ def _naturals(lo: int, hi: int | None) -> str | None:
         return None
     parts = []
     top = hi if hi is not None else 10 ** len(str(lo)) - 1
-    for length in range(len(str(lo)), len(str(top)) + 1):
+    first, last = len(str(lo)), len(str(top))
+    for length in range(first, last + 1):
         a, b = max(lo, 10 ** (length - 1) if length > 1 else 0), min(top, 10 ** length - 1)
+        if first < length < last:  # every number of this many digits: all such lengths in one counted class
+            parts.append(f"[1-9][0-9]{{{length - 1},{last - 2}}}")
+            break
         if a <= b:
             parts.append(_same_length(str(a), str(b)))
+    if first + 1 < last:
+        parts.append(_same_length(str(10 ** (last - 1)), str(top)))
     if hi is None:
         parts.append(f"[1-9][0-9]{{{len(str(top))},}}")
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
@@ -342,7 +349,7 @@ class _Pattern:
 
     def quantified(self, atom: str) -> str:
         c = self.peek()
-        if c in "*+?":
+        if c and c in "*+?":
             self.i += 1
             q = c
         elif c == "{" and self._quantifier():

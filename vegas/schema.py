@@ -9,7 +9,8 @@ Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lis
 false), ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``, ``anyOf``,
 ``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
 ``allOf`` (merged), ``$ref`` to ``#...`` pointers, ``$defs``/``definitions`` (recursion unrolled ``max_recursion``
-times, deeper instances are not generated), string ``minLength``/``maxLength``/``pattern``/``format`` (date, time,
+times, deeper instances are not generated); a schema without ``type`` admits every type, each constrained by its
+own keywords, string ``minLength``/``maxLength``/``pattern``/``format`` (date, time,
 date-time, email, uuid, uri, ipv4, ipv6, hostname; unknown formats are annotations, as the standard says),
 ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (integer bounds for numbers), ``nullable``.
 
@@ -222,10 +223,8 @@ class Compiler:
 
     def _types(self, schema: dict, pointer: str) -> tuple[str, ...]:
         declared = schema.get("type")
-        if declared is None:
-            # No type: the keywords present say which types the schema is about; with none, every type.
-            implied = [t for t in TYPES if t != "integer" and _BY_TYPE.get(t, set()) & schema.keys()]
-            types = implied or list(TYPES)
+        if declared is None:  # no type: every type, each constrained by its own keywords (as the standard says)
+            types = list(TYPES)
         else:
             types = [declared] if isinstance(declared, str) else declared
             if not isinstance(types, list) or any(t not in TYPES for t in types):
@@ -283,6 +282,8 @@ class Compiler:
             merged["properties"] = self._merge_properties(sa, sb)
         if "additionalProperties" in sa and "additionalProperties" in sb:
             merged["additionalProperties"] = {"allOf": [sa["additionalProperties"], sb["additionalProperties"]]}
+        elif "additionalProperties" in sb:
+            merged["additionalProperties"] = sb["additionalProperties"]
         merged["type"] = list(dict.fromkeys(types))
         return Alternative(merged, a.pointer, tuple(dict.fromkeys(types)), a.stack + tuple(
             p for p in b.stack if p not in a.stack))
