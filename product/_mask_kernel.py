@@ -129,20 +129,32 @@ def apply(logits: torch.Tensor, bitmask: torch.Tensor, *, indices=None, vocab_si
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def _mask_rows(out, words, rows, covered, neg_inf):
-    """out[r, c] = neg_inf for r in rows, c < covered with bit c clear, and covered <= c < width."""
+    """out[r, c] = neg_inf for r in rows, c < covered with bit c clear, and covered <= c < width. Whole words
+    are decided at once (all set: skipped; all clear: a plain fill the compiler vectorises), mixed ones bit by
+    bit."""
     width = out.shape[1]
     full = np.uint32(0xFFFFFFFF)
     for r in rows:
         line, bits = out[r], words[r]
-        for w in range((covered + 31) >> 5):
+        whole = covered >> 5
+        for w in range(whole):
             x = bits[w]
             base = w << 5
-            end = min(base + 32, covered)
-            if x == full and end == base + 32:
+            if x == full:
                 continue
-            for c in range(base, end):
-                if not (x >> np.uint32(c - base)) & np.uint32(1):
+            if x == 0:
+                for c in range(base, base + 32):
                     line[c] = neg_inf
+                continue
+            for j in range(32):  # branch-free: a select the compiler vectorises
+                keep = (x >> np.uint32(j)) & np.uint32(1)
+                line[base + j] = line[base + j] if keep else neg_inf
+        if covered & 31:
+            x = bits[whole]
+            base = whole << 5
+            for j in range(covered - base):
+                if not (x >> np.uint32(j)) & np.uint32(1):
+                    line[base + j] = neg_inf
         for c in range(covered, width):
             line[c] = neg_inf
 

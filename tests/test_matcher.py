@@ -174,6 +174,7 @@ def test_batch_fill_equals_per_row_fills(guide, other_guide):
                 break
             m.accept_token(int(rng.choice(_allowed(g, m.state))))
         matchers.append(m)
+    matchers += [matchers[0].fork(), Matcher(guide), Matcher(guide)]  # requests sharing a state
     done = Matcher(other_guide)
     done.accept_tokens(list(runtime_of("gpt2").encode("true").ids) + [other_guide.eos_token_ids[0]])
     matchers.append(done)
