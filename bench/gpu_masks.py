@@ -10,7 +10,8 @@ JSON-like regex along the runtime's encoding of an instance). Three tables, in o
    checked bit-identical to canonmerge's ``auto``.
 2. step: ``Guide.fill_bitmask`` for the batch, the host-to-device copy and the apply (float32), per step.
 3. batch fill of 64 matchers (``product.fill_next_token_bitmasks``) on 1 and 2 threads: one shared guide, 8
-   guides (cached masks), 8 guides with masks computed at every fill (cache of one mask per guide).
+   guides (cached masks), 8 guides with masks computed at every fill (cache of one mask per guide); and, as a
+   control of what two threads can give on the machine at that moment, a loop that never holds the GIL.
 
 xgrammar is optional (``pip install --no-deps xgrammar==0.2.8 apache-tvm-ffi pydantic`` in a separate venv); its
 columns are left out when it is not importable. Results in ``bench/results/gpu_masks_<device>.json``.
@@ -198,6 +199,25 @@ def thread_table(canonical, ids) -> list[dict]:
         speedup = times[1] / times[2]
         rows.append({"case": name, "us_1_thread": times[1], "us_2_threads": times[2], "speedup": speedup})
         print(f"{name:>26}: 1 thread {times[1]:8.1f}  2 threads {times[2]:8.1f}  speed-up {speedup:.2f}x")
+    # control: what two threads give on this machine now, for work that never holds the GIL (the compiled mask loop
+    # on 64 rows, split in halves), through the same pool
+    from concurrent.futures import ThreadPoolExecutor
+    pool = ThreadPoolExecutor(1)
+    logits = torch.randn(64, one.vocab_size + PAD)
+    masks = bitmask.clone()
+    fill_next_token_bitmasks(matchers_over([one]), masks)
+
+    def halves():
+        later = pool.submit(apply_bitmask, logits[32:], masks[32:], backend="cpu")
+        apply_bitmask(logits[:32], masks[:32], backend="cpu")
+        later.result()
+
+    times = {1: _median_us(lambda: apply_bitmask(logits, masks, backend="cpu"), torch.device("cpu"), budget_s=1.0),
+             2: _median_us(halves, torch.device("cpu"), budget_s=1.0)}
+    rows.append({"case": "control: GIL-free loop", "us_1_thread": times[1], "us_2_threads": times[2],
+                 "speedup": times[1] / times[2]})
+    print(f"{'control: GIL-free loop':>26}: 1 thread {times[1]:8.1f}  2 threads {times[2]:8.1f}  speed-up "
+          f"{times[1] / times[2]:.2f}x  (the machine's parallelism now)")
     return rows
 
 
@@ -224,6 +244,7 @@ def main() -> None:
     result["apply"] = apply_table(device, masks, vocab, batches, (torch.float32, torch.bfloat16))
     result["step"] = step_table(device, guide, states, vocab, batches[:3])
     result["batch_fill"] = thread_table(canonical, ids)
+    result["load_average_end"] = os.getloadavg()[0]
     if not args.quick:
         out = Path(__file__).parent / "results" / f"gpu_masks_{device.type}.json"
         out.write_text(json.dumps(result, indent=2) + "\n")

@@ -229,9 +229,9 @@ class Matcher:
 def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequence[int] | None = None, *,
                              threads: int = 1, executor: ThreadPoolExecutor | None = None) -> None:
     """Fill row ``indices[i]`` (default ``i``) of ``bitmask`` with the next-token mask of ``matchers[i]``, for the
-    whole batch, in up to ``threads`` threads (or on ``executor``'s). Equal to calling
-    ``matchers[i].fill_next_token_bitmask(bitmask, indices[i])`` for each i; everything is checked before any row
-    is written.
+    whole batch, in up to ``threads`` threads (the caller's and ``threads - 1`` workers: of a process-wide pool,
+    or ``executor``'s). Equal to calling ``matchers[i].fill_next_token_bitmask(bitmask, indices[i])`` for each i;
+    everything is checked before any row is written.
 
     Matchers are grouped by guide: one guide's masks are filled by one call (its cache lock is taken once, each
     distinct state's mask computed or copied once), and the groups are spread over the threads, largest first.
@@ -255,17 +255,20 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
     if threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
     groups: dict[int, tuple[Guide, list[int], list[int]]] = {}
+    terminated: list[tuple[Matcher, int]] = []
     for m, row in zip(matchers, rows):
         if not isinstance(m, Matcher):
             raise TypeError(f"fill_next_token_bitmasks takes Matchers, not {type(m).__name__}")
         if m.guide.num_words != num_words:
             raise ValueError(f"matchers of vocabularies of {num_words} and {m.guide.num_words} words in one batch")
-        guide, states, out_rows = groups.setdefault(id(m.guide), (m.guide, [], []))
         if m._terminated:
-            m._fill(words, row)  # EOS only: no guide involved
+            terminated.append((m, row))  # EOS only: no guide involved
         else:
+            guide, states, out_rows = groups.setdefault(id(m.guide), (m.guide, [], []))
             states.append(m._state)
             out_rows.append(row)
+    for m, row in terminated:  # everything is checked: rows may be written from here on
+        m._fill(words, row)
 
     def fill_group(group: tuple[Guide, list[int], list[int]]) -> None:
         guide, states, out_rows = group
@@ -282,12 +285,28 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
         words[out_rows] = distinct[slots]
 
     work = sorted(groups.values(), key=lambda g: -len(g[1]))
-    if executor is None and (threads == 1 or len(work) == 1):
+    if threads == 1 or len(work) == 1:
         for group in work:
             fill_group(group)
         return
-    pool = executor if executor is not None else _pool(threads)
-    list(pool.map(fill_group, work))
+    # one bin of groups per thread (largest group to the lightest bin); the calling thread fills the first bin
+    # itself, so 2 threads cost one hand-off per batch, not one per group
+    bins: list[list] = [[] for _ in range(min(threads, len(work)))]
+    load = [0] * len(bins)
+    for group in work:
+        lightest = load.index(min(load))
+        bins[lightest].append(group)
+        load[lightest] += len(group[1])
+
+    def fill_bin(groups_of_bin: list) -> None:
+        for group in groups_of_bin:
+            fill_group(group)
+
+    pool = executor if executor is not None else _pool(len(bins) - 1)
+    futures = [pool.submit(fill_bin, b) for b in bins[1:]]
+    fill_bin(bins[0])
+    for future in futures:
+        future.result()
 
 
 _POOLS: dict[int, ThreadPoolExecutor] = {}

@@ -252,6 +252,10 @@ def test_eos_terminates_and_rollback_reopens(other_guide):
     before = m.state
     m.accept_token(g.eos_token_ids[0])
     assert m.is_terminated and m.jump_forward_tokens() == ()
+    buffer = torch.full((2, g.num_words), 5, dtype=torch.int32)
+    with pytest.raises(TypeError):  # a bad entry after a terminated matcher: its row is not written either
+        fill_next_token_bitmasks([m, "not a matcher"], buffer)
+    assert bool((buffer == 5).all())
     assert m.validate_tokens([g.eos_token_ids[0]]) == 0
     with pytest.raises(DisallowedTokenError):
         m.accept_token(g.eos_token_ids[0])
