@@ -135,3 +135,23 @@ def test_triton_kernel_is_bit_identical_to_the_cpu_loop(dtype, monkeypatch):
             reference = logits.cpu().clone()
             apply_bitmask(reference, bitmask, indices=indices, vocab_size=vocab, backend="cpu")
             assert _same_bits(got, reference) and _same_bits(got, _expected(logits, allowed, indices))
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16", "fp16"])
+def test_triton_kernel_compiles_for_hopper(dtype, monkeypatch):
+    """The Triton kernel through the real compiler (to PTX and a cubin for sm_90, with the ptxas triton ships), so
+    a kernel the interpreter accepts but the GPU compiler rejects is caught without a GPU."""
+    if _mask_kernel.triton is None:
+        pytest.skip("triton is not installed (it ships with CUDA builds of torch)")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)  # the compiled kernel, not the interpreted one
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    for has_rows in (False, True):
+        signature = {"logits_ptr": f"*{dtype}", "bitmask_ptr": "*i32", "rows_ptr": "*i64" if has_rows else "*i32",
+                     "logits_stride": "i64", "bitmask_stride": "i64", "covered": "i32", "width": "i32",
+                     "HAS_ROWS": "constexpr", "WORDS": "constexpr"}
+        source = ASTSource(fn=_mask_kernel._triton_kernel(), signature=signature,
+                           constexprs={"HAS_ROWS": has_rows, "WORDS": _mask_kernel._WORDS})
+        compiled = _mask_kernel.triton.compile(source, target=GPUTarget("cuda", 90, 32))
+        assert "st.global" in compiled.asm["ptx"] and len(compiled.asm["cubin"]) > 0
