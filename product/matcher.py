@@ -233,8 +233,9 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
     or ``executor``'s). Equal to calling ``matchers[i].fill_next_token_bitmask(bitmask, indices[i])`` for each i;
     everything is checked before any row is written.
 
-    Matchers are grouped by guide: one guide's masks are filled by one call (its cache lock is taken once, each
-    distinct state's mask computed or copied once), and the groups are spread over the threads, largest first.
+    Matchers are grouped by guide: one guide's masks are filled by one call (its cache lock is taken once; a state
+    shared by several requests is computed once and then copied from the guide's cache), and the groups are
+    spread over the threads, largest first.
     Matchers of one guide therefore never fill in parallel: that guide's cache lock would serialise them anyway.
     """
     if not matchers:
@@ -274,15 +275,13 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
         guide, states, out_rows = group
         if not states:
             return
-        slot_of: dict[int, int] = {}  # requests often share a state (a schema's fixed parts): one mask each
-        slots = [slot_of.setdefault(s, len(slot_of)) for s in states]
         lo = out_rows[0]
-        if len(slot_of) == len(states) and out_rows == list(range(lo, lo + len(out_rows))):
-            guide.fill_bitmask(states, words[lo: lo + len(states)])  # straight into the bitmask
-            return
-        distinct = np.empty((len(slot_of), num_words), dtype=np.uint32)
-        guide.fill_bitmask(list(slot_of), distinct)
-        words[out_rows] = distinct[slots]
+        if out_rows == list(range(lo, lo + len(out_rows))):  # contiguous rows: straight into the bitmask
+            guide.fill_bitmask(states, words[lo: lo + len(states)])
+        else:
+            rows_in_order = np.empty((len(states), num_words), dtype=np.uint32)
+            guide.fill_bitmask(states, rows_in_order)
+            words[out_rows] = rows_in_order
 
     work = sorted(groups.values(), key=lambda g: -len(g[1]))
     if threads == 1 or len(work) == 1:
