@@ -111,7 +111,8 @@ def _implementations(device: torch.device, vocab: int) -> dict:
 def apply_table(device: torch.device, masks: np.ndarray, vocab: int, batches, dtypes) -> list[dict]:
     impls = _implementations(device, vocab)
     rows = []
-    print(f"\napply (median µs, {device.type}, {torch.get_num_threads()} torch threads; vocabulary {vocab:,}, logits {vocab + PAD:,} wide)")
+    print(f"\napply (median µs, {device.type}, {torch.get_num_threads()} torch threads; vocabulary {vocab:,}, "
+          f"logits {vocab + PAD:,} wide)")
     print(f"{'batch':>5} {'dtype':>9} " + " ".join(f"{name:>18}" for name in impls))
     for batch in batches:
         words = torch.from_numpy(masks[np.arange(batch) % len(masks)].view(np.int32)).to(device)
@@ -130,7 +131,7 @@ def apply_table(device: torch.device, masks: np.ndarray, vocab: int, batches, dt
                     row["us"][name], row["identical"][name] = None, None
                     print(f"  {name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
             rows.append(row)
-            cells = [("—" if row["us"][n] is None else f"{row['us'][n]:.1f}" + ("" if row["identical"][n] else " ≠"))
+            cells = ["—" if row["us"][n] is None else f"{row['us'][n]:.1f}" + ("" if row["identical"][n] else " ≠")
                      for n in impls]
             print(f"{batch:>5} {row['dtype']:>9} " + " ".join(f"{c:>18}" for c in cells))
             del base

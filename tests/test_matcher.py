@@ -55,8 +55,8 @@ def test_random_operations_equal_a_fresh_replay(guide, data, max_rollback):
     history = 0            # how many of them rollback can still undo
     forks: list[tuple[Matcher, list[int]]] = []
     for _ in range(data.draw(st.integers(1, 40), label="steps")):
-        op = data.draw(st.sampled_from(["accept", "accept", "accept_many", "accept_many", "rollback", "rollback", "bad", "fork", "validate",
-                                        "jump", "reset"]), label="op")
+        op = data.draw(st.sampled_from(["accept", "accept", "accept_many", "accept_many", "rollback", "rollback",
+                                        "bad", "fork", "validate", "jump", "reset"]), label="op")
         state_before = matcher.state
         if op == "accept" and not matcher.is_terminated:
             t = _pick(data, guide, matcher.state, "token")
