@@ -17,6 +17,10 @@ _TORCH_API = ("apply_bitmask", "LogitsProcessor", "generate", "Generation")
 
 
 def __getattr__(name: str):
+    if name == "apply_bitmask":  # torch only: engines applying masks need not import transformers
+        from product._mask_kernel import apply_bitmask
+
+        return apply_bitmask
     if name in _TORCH_API:
         from product import generation
 

@@ -14,7 +14,8 @@ Three implementations of one operation, bit-identical (each writes the dtype's o
   and a one-byte-per-token temporary, where the previous path built ``[rows, words, 32]`` int32 shifts, then
   booleans, then their negation.
 
-``apply`` validates everything before the first write and picks the implementation (``backend="auto"``).
+``apply_bitmask`` (public as ``product.apply_bitmask``; importing it needs torch, not transformers) validates
+everything before the first write and picks the implementation (``backend="auto"``).
 
 Leaves out: computing masks (``product.guide``), filling a batch (``product.matcher``); non-last-dimension masks.
 """
@@ -32,7 +33,7 @@ try:  # optional: CUDA builds of torch ship it; a CPU install usually lacks it
 except ImportError:  # pragma: no cover - depends on the install
     triton = tl = None
 
-__all__ = ["apply", "BACKENDS", "triton_available"]
+__all__ = ["apply_bitmask", "BACKENDS", "triton_available"]
 
 BACKENDS = ("auto", "triton", "cpu", "torch")
 _LOGIT_DTYPES = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}
@@ -95,11 +96,16 @@ def _check(logits: torch.Tensor, bitmask: torch.Tensor, indices, vocab_size: int
     return bitmask, index, covered
 
 
-def apply(logits: torch.Tensor, bitmask: torch.Tensor, *, indices=None, vocab_size: int | None = None,
-          backend: str = "auto") -> torch.Tensor:
-    """``logits[r, t] = -inf`` for every row r (``indices``, or all rows) and column t where bit ``t % 32`` of
-    ``bitmask[r, t // 32]`` is clear or t is at or past the vocabulary (``vocab_size``, default the words'
-    32 × num_words); in place; returns ``logits``."""
+def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, *, indices=None, vocab_size: int | None = None,
+                  backend: str = "auto") -> torch.Tensor:
+    """Set ``logits[i, t] = -inf`` wherever bit t of ``bitmask[i]`` is clear, in place, for the rows ``indices``
+    (default: every row; the others are left untouched); columns past the vocabulary (``vocab_size``, default
+    32 × the bitmask's words: a model's padded embedding rows) are masked too. float32, float16 or bfloat16
+    logits on any device (the bitmask is copied there); returns ``logits``.
+
+    ``backend``: ``"auto"`` (Triton on CUDA when triton is installed, a compiled loop on a CPU, torch operations
+    elsewhere), or ``"triton"``, ``"cpu"``, ``"torch"``. Shapes, dtypes and indices are checked before anything
+    is written (``ValueError``/``TypeError``)."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, not {backend!r}")
     bitmask, index, covered = _check(logits, bitmask, indices, vocab_size)

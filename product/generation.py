@@ -20,22 +20,10 @@ import numpy as np
 import torch
 import transformers
 
-from product import _mask_kernel
+from product._mask_kernel import apply_bitmask
 from product.guide import Guide
 
 __all__ = ["apply_bitmask", "LogitsProcessor", "generate", "Generation"]
-
-def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, *, indices=None, vocab_size: int | None = None,
-                  backend: str = "auto") -> torch.Tensor:
-    """Set ``logits[i, t] = -inf`` wherever bit t of ``bitmask[i]`` is clear, in place, for the rows ``indices``
-    (default: every row; the others are left untouched); columns past the vocabulary (``vocab_size``, default
-    32 × the bitmask's words: a model's padded embedding rows) are masked too. float32, float16 or bfloat16
-    logits on any device (the bitmask is copied there); returns ``logits``.
-
-    ``backend``: ``"auto"`` (Triton on CUDA when triton is installed, a compiled loop on a CPU, torch operations
-    elsewhere), or ``"triton"``, ``"cpu"``, ``"torch"`` (``product._mask_kernel``). Shapes, dtypes and indices are
-    checked before anything is written (``ValueError``/``TypeError``)."""
-    return _mask_kernel.apply(logits, bitmask, indices=indices, vocab_size=vocab_size, backend=backend)
 
 
 class LogitsProcessor(transformers.LogitsProcessor):

@@ -84,7 +84,8 @@ def _row_index(index, rows: int) -> int:
 class Matcher:
     """One request's position in a guide.
 
-    Invariants: ``state`` is a live state of ``guide`` (the text so far can still be completed); ``_history``
+    One matcher per request, used by one thread at a time (the guide it shares is thread-safe; the matcher is
+    not). Invariants: ``state`` is a live state of ``guide`` (the text so far can still be completed); ``_history``
     holds the ``(state, terminated)`` before each of the last ``len(_history)`` accepted tokens (oldest first, at
     most ``max_rollback``); once EOS is accepted the matcher is terminated and accepts nothing more until
     ``rollback`` or ``reset``.
