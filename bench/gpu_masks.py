@@ -8,7 +8,8 @@ JSON-like regex along the runtime's encoding of an instance). Three tables, in o
    (``cuda``, ``triton``, ``torch_native`` on a GPU; ``cpu``, ``torch_native`` on a CPU), for batch 1, 8, 64, 512
    and float32/bfloat16 logits: median time (CUDA events on a GPU, ``perf_counter`` on a CPU); every result is
    checked bit-identical to canonmerge's ``auto``.
-2. step: ``Guide.fill_bitmask`` for the batch, the host-to-device copy and the apply (float32), per step.
+2. step: ``Guide.fill_bitmask`` for the batch, the host-to-device copy and the apply (float32), per step; the
+   matcher's operations per token, beside ``Guide.advance``.
 3. batch fill of 64 matchers (``product.fill_next_token_bitmasks``) on 1 and 2 threads: one shared guide, 8
    guides (cached masks), 8 guides with masks computed at every fill (cache of one mask per guide); and, as a
    control of what two threads can give on the machine at that moment, a loop that never holds the GIL.
@@ -222,6 +223,45 @@ def thread_table(canonical, ids) -> list[dict]:
     return rows
 
 
+def matcher_table(guide, ids) -> dict:
+    """Per-call cost of the matcher's operations along the instance (mean µs), beside ``Guide.advance``."""
+    cpu = torch.device("cpu")
+    bitmask = torch.zeros((1, guide.num_words), dtype=torch.int32)
+    matcher = Matcher(guide, max_rollback=len(ids))
+
+    def walk_advance():
+        s = guide.initial_state
+        for t in ids:
+            s = guide.advance(s, t)
+
+    def walk_accept():
+        matcher.reset()
+        for t in ids:
+            matcher.accept_token(t)
+
+    def walk_rollback():
+        matcher.reset()
+        matcher.accept_tokens(ids)
+        for _ in ids:
+            matcher.rollback(1)
+
+    def walk_fill():
+        matcher.reset()
+        for t in ids:
+            matcher.fill_next_token_bitmask(bitmask)
+            matcher.accept_token(t)
+
+    n = len(ids)
+    out = {"advance": _median_us(walk_advance, cpu) / n, "accept_token": _median_us(walk_accept, cpu) / n}
+    out["accept_tokens + rollback(1)"] = _median_us(walk_rollback, cpu) / n - out["advance"]
+    out["validate_tokens (per token)"] = _median_us(lambda: Matcher(guide).validate_tokens(ids), cpu) / n
+    out["fill_next_token_bitmask"] = _median_us(walk_fill, cpu) / n - out["accept_token"]
+    print(f"\nmatcher operations (mean µs a token along the instance, {n} tokens, cached masks)")
+    for name, value in out.items():
+        print(f"{name:>30}: {value:6.2f}")
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -244,6 +284,7 @@ def main() -> None:
               "padded_width": vocab + PAD, "triton": _mask_kernel.triton is not None}
     result["apply"] = apply_table(device, masks, vocab, batches, (torch.float32, torch.bfloat16))
     result["step"] = step_table(device, guide, states, vocab, batches[:3])
+    result["matcher"] = matcher_table(guide, ids)
     result["batch_fill"] = thread_table(canonical, ids)
     result["load_average_end"] = os.getloadavg()[0]
     if not args.quick:

@@ -232,6 +232,11 @@ def test_bad_input_raises_typed_errors_before_anything_changes(guide):
             fill_next_token_bitmasks([m], b)
     with pytest.raises(TypeError):
         m.fill_next_token_bitmask([[0] * guide.num_words])
+    reused = allocate_token_bitmask(2, guide.vocab_size)
+    m.fill_next_token_bitmask(reused, 1)  # checked once, then remembered ...
+    reused.set_(torch.zeros((2, guide.num_words + 1), dtype=torch.int32))  # ... until it changes in place
+    with pytest.raises(ValueError):
+        m.fill_next_token_bitmask(reused, 1)
     for index in (2, -1):
         with pytest.raises(ValueError):
             m.fill_next_token_bitmask(buffer, index)
