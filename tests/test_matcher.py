@@ -2,6 +2,8 @@
 of the tokens they leave; jump-forward tokens are the guide's forced tokens and canonical; a batch fill (threads
 or not, rows in any order) equals per-row fills; bad input raises typed errors before anything changes."""
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import torch
@@ -198,6 +200,10 @@ def test_batch_fill_equals_per_row_fills(guide, other_guide):
         fill_next_token_bitmasks([matchers[i] for i in order], out, indices=[int(i) + 3 for i in order],
                                  threads=threads)
         assert torch.equal(out[3:], expected) and bool((out[:3] == 7).all())
+    with ThreadPoolExecutor(2) as pool:  # the engine's own workers
+        out = allocate_token_bitmask(n, guide.vocab_size)
+        fill_next_token_bitmasks(matchers, out, threads=3, executor=pool)
+        assert torch.equal(out, expected)
 
 
 def test_bad_input_raises_typed_errors_before_anything_changes(guide):
