@@ -20,6 +20,8 @@ a terminal. Leaves out: batching and serving (see ``product.LogitsProcessor``).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import mmap
 import os
@@ -104,12 +106,14 @@ def _load_model(path: Path):
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()  # its tqdm bars would write to stderr even when it is not a terminal
     try:
-        if path.is_file():
-            model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-        else:
-            model = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+        # transformers' GGUF reader draws its own tqdm bar whatever its settings say: it goes to a buffer, and the
+        # caller's Progress line (which holds the real stderr) shows the load instead.
+        with contextlib.redirect_stderr(io.StringIO()):
+            if path.is_file():
+                model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+            else:
+                model = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, struct.error... on bad files
         raise _CliError(f"cannot load model {path}: {type(exc).__name__}: {exc}") from None
     finally:
