@@ -405,7 +405,7 @@ def _graph(args: argparse.Namespace) -> int:
         done = subprocess.run([dot, f"-T{suffix[1:]}", "-o", args.output], input=token_graph.write_dot(graph),
                               text=True, capture_output=True)
         if done.returncode != 0:
-            raise _CliError(f"Graphviz's dot failed: {done.stderr.strip().splitlines()[-1:]}")
+            raise _CliError(f"Graphviz's dot failed: {' '.join(done.stderr.split()) or f'exit status {done.returncode}'}")
     try:
         count = f"{len(automaton.sequences(10_000))} token sequences"
     except ValueError as exc:  # infinite, or more than 10,000
