@@ -31,11 +31,36 @@ def canonmerge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
                           text=True, timeout=timeout)
 
 
+def test_generate_writes_yaml_that_validates_against_the_example_schema():
+    import jsonschema
+    import yaml
+
+    schema_file = ROOT / "vegas" / "examples" / "person.json"
+    done = canonmerge("generate", "--schema", str(schema_file), "--format", "yaml", "--chat", "--print-json",
+                      "--max-tokens", "120", "Describe a fictional person.")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    text, ids = report["text"], report["token_ids"]
+    assert report["finished"] is True, text
+    jsonschema.validate(yaml.safe_load(text), json.loads(schema_file.read_text()))
+    assert runtime_of("smollm2").encode(text, add_special_tokens=False).ids == ids  # canonical
+    assert report["forced_tokens"] >= 3  # the keys' tokens, at least
+    # One pass per chosen token, plus one if the model chose EOS (rather than EOS being the only option).
+    assert len(ids) <= report["forward_passes"] + report["forced_tokens"] <= len(ids) + 1
+
+
+def test_compile_schema_reports_the_guide():
+    done = canonmerge("compile-schema", str(ROOT / "vegas" / "examples" / "person.json"), "--tokenizer", "gpt2")
+    assert done.returncode == 0, done.stderr
+    nodes = int(re.search(r"guide\s+(\d+) nodes", done.stdout).group(1))
+    assert nodes > 10 and "compiled in" in done.stdout
+
+
 def test_help_lists_every_command():
     done = canonmerge("--help")
     assert done.returncode == 0, done.stderr
     listed = re.findall(r"^    (\S+)", done.stdout, flags=re.M)
-    assert listed == ["generate", "graph", "regex", "compile-tokenizer", "info"]
+    assert listed == ["generate", "graph", "compile-schema", "regex", "compile-tokenizer", "info"]
 
 
 def test_generate_writes_canonical_text_that_matches_and_reports_forced_tokens():
@@ -58,6 +83,12 @@ def test_generate_writes_canonical_text_that_matches_and_reports_forced_tokens()
     assert "canonical       yes" in done.stderr
 
 
+def _schema_file(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "schema.json"
+    path.write_text(text)
+    return str(path)
+
+
 def _bad_gguf(tmp_path: Path) -> str:
     path = tmp_path / "broken.gguf"
     path.write_bytes(b"GGUF" + b"\x00" * 60)  # the magic, then nothing a reader can use
@@ -71,11 +102,15 @@ def _bad_gguf(tmp_path: Path) -> str:
     ("unknown tokenizer", ["generate", "--regex", "a", "--tokenizer", "gpt5", "hi"], ["unknown tokenizer", "gpt5"]),
     ("unreadable model", ["generate", "--regex", "(yes|no)", "--tokenizer", "smollm2", "--model", "BAD", "hi"],
      ["cannot load model", "broken.gguf"]),
+    ("unsupported schema", ["generate", "--schema", "SCHEMA:{\"not\": {}}", "hi"],
+     ["UnsupportedSchemaError", "not"]),
+    ("schema not JSON", ["generate", "--schema", "SCHEMA:{oops", "hi"], ["not valid JSON"]),
     ("graph: invalid regex", ["graph", "[z-a]"], ["invalid regex"]),
     ("graph: unknown tokenizer", ["graph", "a", "--tokenizer", "gpt5"], ["unknown tokenizer", "gpt5"]),
 ])
 def test_bad_input_is_one_line_naming_the_problem(tmp_path, case, args, names):
-    args = [_bad_gguf(tmp_path) if a == "BAD" else a for a in args]
+    args = [_bad_gguf(tmp_path) if a == "BAD" else _schema_file(tmp_path, a[7:]) if a.startswith("SCHEMA:") else a
+            for a in args]
     done = canonmerge(*args)
     assert done.returncode == 2, (case, done.stdout, done.stderr)
     lines = done.stderr.strip().splitlines()

@@ -213,11 +213,6 @@ def _regex_guide(pattern: str, canonical, canonical_only: bool):
 
 
 # ---- schemas ---------------------------------------------------------------------------------------------
-# SCHEMA HOOK: `--schema FILE --format json|yaml` compiles a JSON Schema with vegas.compile_schema(schema,
-# canonical, *, style=...) -> product.Guide, which arrives with the schema issue. Until vegas has it, --schema
-# reads and parses the file (so a missing or malformed file is reported as such, before any slow step) and then
-# says it is not available. Whoever lands compile_schema: pass canonical_only to it in _constraint if it takes
-# it, and add the `compile-schema` command.
 def _read_schema(path: str):
     text = _read_text(path, "schema")
     try:
@@ -226,21 +221,16 @@ def _read_schema(path: str):
         raise _CliError(f"schema file {path} is not valid JSON: {exc}") from None
 
 
-def _schema_compiler():
-    import vegas
-
-    compile_schema = getattr(vegas, "compile_schema", None)
-    if compile_schema is None:
-        raise _CliError("--schema needs vegas.compile_schema, which this version does not have yet; use --regex")
-    return compile_schema
-
-
 def _constraint(args: argparse.Namespace):
     """Read and check the constraint's input (cheap), so that bad input fails before any slow step. Returns a
     function of (canonical automaton, canonical_only) that compiles the guide."""
     if args.schema is not None:
-        schema, style, compile_schema = _read_schema(args.schema), args.format or "json", _schema_compiler()
-        return lambda canonical, canonical_only: compile_schema(schema, canonical, style=style)
+        import vegas
+
+        schema, style = _read_schema(args.schema), args.format or "json"
+        vegas.schema_regex(schema, style)  # an unsupported or malformed schema fails before any slow step
+        return lambda canonical, canonical_only: vegas.compile_schema(schema, canonical, style=style,
+                                                                      canonical_only=canonical_only)
     if args.format is not None:
         raise _CliError("--format applies to --schema (a regex fixes the format itself)")
     pattern = args.regex if args.regex is not None else _read_text(args.regex_file, "regex").rstrip("\n")
@@ -291,6 +281,25 @@ def _compile_tokenizer(args: argparse.Namespace) -> int:
     print(f"{'loaded' if cached else 'built':<17} in {done - loaded:.2f} s (tokenizer loaded in {loaded - started:.2f} s)")
     print(f"peak memory       {peak_mib:.0f} MiB")
     print(f"cache             {path} ({path.stat().st_size / 2**20:.1f} MiB)")
+    return 0
+
+
+def _compile_schema(args: argparse.Namespace) -> int:
+    import vegas
+
+    schema = _read_schema(args.schema)
+    started = time.perf_counter()
+    regex = vegas.schema_regex(schema, args.style)
+    to_regex = time.perf_counter()
+    _, canonical = _canonical(_source(args.tokenizer), args.tokenizer or DEFAULT_TOKENIZER)
+    loaded = time.perf_counter()
+    with Progress("schema"):
+        guide = vegas.compile_schema(schema, canonical, style=args.style)
+    done = time.perf_counter()
+    print(f"schema            {args.schema} ({args.style})")
+    print(f"regex             {len(regex)} characters in {1e3 * (to_regex - started):.1f} ms")
+    print(f"guide             {guide.num_nodes} nodes, {guide.memory_bytes / 2**20:.1f} MiB, compiled in "
+          f"{done - loaded:.2f} s (tokenizer loaded in {loaded - to_regex:.2f} s)")
     return 0
 
 
@@ -433,7 +442,7 @@ def _parser() -> argparse.ArgumentParser:
     what = gen.add_mutually_exclusive_group(required=True)
     what.add_argument("--regex", metavar="PATTERN", help="the output fullmatches this regular expression")
     what.add_argument("--regex-file", metavar="FILE", help="read the regular expression from a file")
-    what.add_argument("--schema", metavar="FILE", help="a JSON Schema file (needs vegas.compile_schema)")
+    what.add_argument("--schema", metavar="FILE", help="the output is an instance of this JSON Schema file")
     gen.add_argument("--format", choices=("json", "yaml"), help="with --schema: write JSON or YAML (default json)")
     gen.add_argument("--model", metavar="PATH", help="a .gguf file or a transformers directory "
                      "(default: SmolLM2-135M-Instruct, fetched on first use)")
@@ -459,6 +468,14 @@ def _parser() -> argparse.ArgumentParser:
     graph.add_argument("--any-tokenization", action="store_true", help="every tokenization, not only the canonical one")
     graph.add_argument("--max-states", type=int, default=5_000, help="refuse larger automata (default 5000)")
     graph.set_defaults(run=_graph)
+
+    schema = sub.add_parser("compile-schema", help="compile a JSON Schema to a guide and print its size",
+                            description="Compile a JSON Schema (written as JSON or YAML) for a tokenizer and print "
+                            "the regex size, guide nodes, memory and compile time.")
+    schema.add_argument("schema", metavar="SCHEMA", help="a JSON Schema file")
+    schema.add_argument("--style", choices=("json", "yaml"), default="json", help="the layout (default json)")
+    schema.add_argument("--tokenizer", metavar="NAME", help=f"{names} (default: {DEFAULT_TOKENIZER})")
+    schema.set_defaults(run=_compile_schema)
 
     regex = sub.add_parser("regex", help="compile a regular expression to a byte-level DFA")
     regex.add_argument("pattern")
