@@ -331,3 +331,14 @@ def test_combinators_keep_each_sides_additional_properties():
         for instance, valid in (({"kind": "a"}, True), ({"kind": "b", "extra": 1}, True),
                                 ({"kind": "a", "extra": 1}, False), ({"kind": "a", "other": 1}, False)):
             assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, instance
+
+
+def test_property_counts_implied_by_the_node_itself_are_accepted():
+    implied = [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "minProperties": 1},
+               {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "maxProperties": 2}]
+    for schema in implied:
+        assert re.fullmatch(schema_regex(schema), format_instance({"a": 1}, schema))
+    for schema in ({"type": "object", "minProperties": 1}, {"type": "object", "properties": {"a": {}},
+                                                             "maxProperties": 1}):
+        with pytest.raises(UnsupportedSchemaError):
+            schema_regex(schema)

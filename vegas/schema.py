@@ -188,7 +188,7 @@ class Compiler:
                 return self.alternatives(target, target_pointer, stack)
             schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in _ANNOTATIONS}}
         for keyword in schema:
-            if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword]):
+            if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword], schema):
                 raise UnsupportedSchemaError(f"{keyword} is not supported", keyword=keyword, pointer=pointer)
         if "allOf" in schema:
             parts = schema.pop("allOf")
@@ -215,11 +215,19 @@ class Compiler:
         return [Alternative(schema, pointer, self._types(schema, pointer), stack)]
 
     @staticmethod
-    def _trivial(keyword: str, value) -> bool:
-        """Keywords whose value constrains nothing."""
-        return ((keyword == "uniqueItems" and value is False) or (keyword == "minProperties" and value == 0)
-                or (keyword in ("patternProperties", "dependentRequired", "dependentSchemas", "dependencies")
-                    and value == {}))
+    def _trivial(keyword: str, value, schema: dict) -> bool:
+        """Keywords that constrain nothing here: ``uniqueItems: false``, empty maps, and property counts that
+        the node's own keywords already imply (as many required keys as ``minProperties``; no more possible keys
+        than ``maxProperties``)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+            return keyword == "uniqueItems" and value is False
+        if keyword == "minProperties":
+            return value <= len(set(schema.get("required", [])))
+        if keyword == "maxProperties":
+            closed = schema.get("additionalProperties", True) is False and "patternProperties" not in schema
+            return closed and len(set(schema.get("properties", {})) | set(schema.get("required", []))) <= value
+        return keyword in ("patternProperties", "dependentRequired", "dependentSchemas", "dependencies") and \
+            value == {}
 
     def _types(self, schema: dict, pointer: str) -> tuple[str, ...]:
         declared = schema.get("type")
