@@ -23,7 +23,7 @@ import math
 import re
 from functools import lru_cache
 
-from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled
+from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 
 __all__ = ["integer_regex", "number_regex", "quoted_regex", "plain_regex", "is_plain_safe", "format_regex",
@@ -177,19 +177,14 @@ def is_plain_safe(text: str) -> bool:
             and text[-1] in _PLAIN_LAST and text not in YAML_SPECIAL_WORDS)
 
 
-@lru_cache(maxsize=256)
-def plain_regex(excluded: frozenset = frozenset()) -> str:
-    """Every plain-safe string except ``excluded``, written plain (no escapes): first letter, rest, no trailing
-    space, not a special word. The words are cut out by walking their trie: a string leaves it at some
-    character, or ends on a node that is no word."""
+@lru_cache(maxsize=1)
+def plain_regex() -> str:
+    """Every plain-safe string, written plain (no escapes): first letter, rest, no trailing space, not a special
+    word. The words are cut out by walking their trie: a string leaves it at some character, or ends on a node
+    that is no word."""
     rest, last = class_regex(_PLAIN_REST), class_regex(_PLAIN_LAST)
     tail_opt, tail_req = f"({rest}*{last})?", f"{rest}*{last}"
-    trie: dict = {}
-    for word in YAML_SPECIAL_WORDS | {w for w in excluded if is_plain_safe(w)}:
-        node = trie
-        for c in word:
-            node = node.setdefault(c, {})
-        node[""] = {}
+    trie = word_trie(YAML_SPECIAL_WORDS)
 
     def walk(node: dict, depth: int, after_space: bool) -> str:
         allowed = _PLAIN_FIRST if depth == 0 else _PLAIN_REST

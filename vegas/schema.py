@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from vegas import lexical
-from vegas.charset import ANY, CharSet, escape_of, literal, spelled
+from vegas.charset import ANY, CharSet, escape_of, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 from vegas.layout import write_key, write_value
 
@@ -512,12 +512,7 @@ class Compiler:
 def _string_except(words: list[str], style: str) -> str:
     """The written characters of any string except ``words``: walk the words' trie; a string leaves it at some
     character, or ends on a node that is no word."""
-    trie: dict = {}
-    for word in words:
-        node = trie
-        for c in word:
-            node = node.setdefault(c, {})
-        node[""] = {}
+    trie = word_trie(words)
     any_ = f"({spelled(ANY, style)})*"
 
     def walk(node: dict) -> str:
