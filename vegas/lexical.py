@@ -26,7 +26,8 @@ from functools import lru_cache
 from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 
-__all__ = ["integer_regex", "number_regex", "quoted_regex", "plain_regex", "is_plain_safe", "format_regex",
+__all__ = ["integer_regex", "number_regex", "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe",
+           "format_regex", "repeat", "integral_bound",
            "pattern_regex", "YAML_SPECIAL_WORDS", "FORMATS"]
 
 # ---- numbers ---------------------------------------------------------------------------------------------------
@@ -128,7 +129,7 @@ def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: 
     return "(" + "|".join(parts) + ")"
 
 
-def integral_bound(value, keyword: str, pointer: str, *, upper: bool) -> int:
+def integral_bound(value, keyword: str, pointer: str) -> int:
     """A numeric bound as an integer, or UnsupportedSchemaError for a fractional bound on a number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SchemaError(f"{keyword} must be a finite number, not {value!r}", keyword=keyword, pointer=pointer)
@@ -149,10 +150,6 @@ def repeat(atom: str, lo: int, hi: int | None) -> str:
     if lo == hi:
         return f"({atom}){{{lo}}}" if lo != 1 else atom
     return f"({atom}){{{lo},{hi}}}"
-
-
-def quoted_regex(body: str) -> str:
-    return f'"{body}"'
 
 
 def free_string_body(style: str, min_length: int = 0, max_length: int | None = None) -> str:

@@ -393,7 +393,7 @@ class Compiler:
                     (math.ceil(value) + (exclusive and value == math.ceil(value)))
                 exclusive = False
             else:
-                bound = lexical.integral_bound(value, keyword, p, upper=upper)
+                bound = lexical.integral_bound(value, keyword, p)
             if upper and (hi is None or bound < hi or (bound == hi and exclusive)):
                 hi, hi_x = bound, exclusive
             if not upper and (lo is None or bound > lo or (bound == lo and exclusive)):
