@@ -342,3 +342,23 @@ def test_property_counts_implied_by_the_node_itself_are_accepted():
                                                              "maxProperties": 1}):
         with pytest.raises(UnsupportedSchemaError):
             schema_regex(schema)
+
+
+@settings(max_examples=300)
+@given(st.integers(0, 9999), st.integers(0, 13), st.integers(0, 32))
+def test_dates_are_calendar_dates(year, month, day):
+    """format: date (and date-time) admits exactly what datetime.date.fromisoformat does: each month's days,
+    February 29th in leap years (MaskBench's invalid instances include February 30th)."""
+    import datetime
+
+    text = f"{year:04d}-{month:02d}-{day:02d}"
+    try:
+        datetime.date.fromisoformat(text)
+        valid = True
+    except ValueError:
+        valid = False
+    assert bool(re.fullmatch(schema_regex({"type": "string", "format": "date"}), f'"{text}"')) == valid
+    for leap in ("2000-02-29", "2024-02-29", "0004-02-29"):
+        assert re.fullmatch(schema_regex({"format": "date"}), f'"{leap}"')
+    for not_leap in ("1900-02-29", "2023-02-29", "2100-02-29"):
+        assert not re.fullmatch(schema_regex({"format": "date"}), f'"{not_leap}"')

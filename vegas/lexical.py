@@ -226,7 +226,12 @@ def _ipv6() -> str:
     return "(" + "|".join(forms) + ")"
 
 
-_DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+# A calendar date (validators check it with datetime.date.fromisoformat): years 0001-9999, each month's days,
+# February 29th in leap years only (divisible by 4, centuries by 400: a finite rule on the four digits).
+_YEAR = "([1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])"
+_LEAP_YEAR = "([0-9]{2}(0[48]|[2468][048]|[13579][26])|(0[48]|[2468][048]|[13579][26])00)"
+_DATE = (f"({_YEAR}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)"
+         f"|02-(0[1-9]|1[0-9]|2[0-8]))|{_LEAP_YEAR}-02-29)")
 _TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
 _LABEL = "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
 _URI_CHAR = r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]"
