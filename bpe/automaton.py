@@ -54,7 +54,7 @@ from automata.dfa import find_sorted, row_bounds, unique_rows
 from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
-from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symbol_table
+from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
@@ -378,7 +378,7 @@ def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> Canonic
     if segmentation.num_states > 63:
         raise UnsupportedTokenizerError(f"pre-tokenizer automaton has {segmentation.num_states} states (at most 63)")
     say(f"  {segmentation.num_states} marked-text states")
-    shapes = _TokenShapes(tokenizer, merges.produced)
+    shapes = _TokenShapes(tokenizer, merges.produced, segmentation.symbols)
     say("contexts")
     builder = _ContextBuilder(tokenizer, segmentation, shapes, merges)
     builder.run()
@@ -429,6 +429,32 @@ def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
 _NEVER_NORMALIZED: dict[str, np.ndarray] = {}
 
 
+def _excluded_code_points(tokenizer: Tokenizer) -> np.ndarray | None:
+    """bool[0x110000]: characters the normaliser never lets reach BPE (None: no such normaliser). The first
+    Unicode normal form decides (see the module docstring); ``Lowercase`` excludes every character it changes."""
+    forms = [step[0].upper() for step in tokenizer.normalizer if step[0] in ("nfc", "nfkc", "nfd", "nfkd")]
+    lowercase = any(step[0] == "lowercase" for step in tokenizer.normalizer)
+    if not forms and not lowercase:
+        return None
+    table = _never_normalized(forms[0]).copy() if forms else np.zeros(0x110000, dtype=bool)
+    if lowercase:
+        table |= _changed_by_lowercase()
+    return table
+
+
+_CHANGED_BY_LOWERCASE: list[np.ndarray] = []
+
+
+def _changed_by_lowercase() -> np.ndarray:
+    if not _CHANGED_BY_LOWERCASE:
+        table = np.zeros(0x110000, dtype=bool)
+        for cp in range(0x110000):
+            if not 0xD800 <= cp < 0xE000 and chr(cp).lower() != chr(cp):
+                table[cp] = True
+        _CHANGED_BY_LOWERCASE.append(table)
+    return _CHANGED_BY_LOWERCASE[0]
+
+
 def _never_normalized(form: str) -> np.ndarray:
     """bool[0x110000]: code points that never occur in ``form``-normalised text (a character that is not
     normalised on its own is rewritten in every context: NFC_Quick_Check=No and the like)."""
@@ -447,9 +473,8 @@ class _TokenShapes:
     symbols of the whole characters it holds (``symbols``, padded with -1), and the bytes of a character it
     leaves unfinished (``tail_id`` into ``tails``; 0 = none). Also which tokens may appear at all and how."""
 
-    def __init__(self, tokenizer: Tokenizer, produced: np.ndarray):
+    def __init__(self, tokenizer: Tokenizer, produced: np.ndarray, table: np.ndarray):
         V = tokenizer.vocab_size
-        table = symbol_table()
         self.lead = np.zeros(V, dtype=np.int8)
         self.tail_id = np.zeros(V, dtype=np.int32)
         self.tails: list[bytes] = [b""]
@@ -459,8 +484,7 @@ class _TokenShapes:
         fallback = tokenizer.byte_fallback_ids
         self.byte_fallback = np.zeros(V, dtype=bool)
         self.byte_fallback[list(fallback.values())] = True
-        forms = [step[0].upper() for step in tokenizer.normalizer if step[0] in ("nfc", "nfkc", "nfd", "nfkd")]
-        self.normal_form = normal_form = forms[0] if forms else None
+        self.excluded = excluded = _excluded_code_points(tokenizer)
         for t, raw in enumerate(tokenizer.token_bytes):
             row: list[int] = []
             rows.append(row)
@@ -479,8 +503,7 @@ class _TokenShapes:
                 text = raw[i:j].decode("utf-8")
             except UnicodeDecodeError:
                 continue  # no text has these bytes inside one token
-            if normal_form and not unicodedata.is_normalized(normal_form, text) and \
-                    _never_normalized(normal_form)[[ord(c) for c in text]].any():
+            if excluded is not None and text and excluded[[ord(c) for c in text]].any():
                 continue  # a character the normaliser rewrites whatever surrounds it never reaches BPE
             row.extend(table[[ord(c) for c in text]].tolist())
             self.lead[t] = i
@@ -544,7 +567,7 @@ class _ContextBuilder:
         self.inside_rows: list[np.ndarray] = []
         self.pending_rows: list[tuple[np.ndarray, np.ndarray]] = []
         self.final: list[bool] = []
-        self.normal_form = shapes.normal_form
+        self.excluded = shapes.excluded
         self.vocab_code_points = np.zeros(0x110000, dtype=bool)  # characters the vocabulary spells
         self.vocab_code_points[[ord(c) for c in shapes.vocab_chars]] = True
         # Per unfinished character a token leaves: the states from which it can still be completed.
@@ -602,10 +625,10 @@ class _ContextBuilder:
                 self.completions[tail] = (b"dead", 0)
                 return self.completions[tail]
             cps = np.arange(lo, hi + 1)
-            behaviour = symbol_table()[cps].astype(np.uint8)
+            behaviour = self.seg.symbols[cps].astype(np.uint8)
             behaviour[(cps >= 0xD800) & (cps <= 0xDFFF)] = 255  # surrogates are not characters
-            if self.normal_form:  # characters the normaliser always rewrites never reach BPE
-                behaviour[_never_normalized(self.normal_form)[cps]] = 255
+            if self.excluded is not None:  # characters the normaliser always rewrites never reach BPE
+                behaviour[self.excluded[cps]] = 255
             if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
                 behaviour[self.vocab_code_points[cps]] = 255
             syms = np.unique(behaviour[behaviour != 255])
@@ -687,10 +710,10 @@ class _ContextBuilder:
         if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
             keep = ~self.vocab_code_points[cp] & shapes.byte_fallback[tokens[finish]]
             finish, cp = finish[keep], cp[keep]
-        if self.normal_form:
-            keep = ~_never_normalized(self.normal_form)[cp]
+        if self.excluded is not None:
+            keep = ~self.excluded[cp]
             finish, cp = finish[keep], cp[keep]
-        sym = symbol_table()[cp].astype(np.int64)
+        sym = self.seg.symbols[cp].astype(np.int64)
         finished = tokens[finish]
         after = np.zeros(len(finish), dtype=np.uint64)
         for s in range(self.seg.num_states):
