@@ -328,25 +328,39 @@ def tokenizer_key(tokenizer: Tokenizer) -> str:
     return digest.hexdigest()
 
 
-def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, progress=None) -> CanonicalAutomaton:
+def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, progress=None,
+                      eos_token_ids: list[int] | None = None) -> CanonicalAutomaton:
     """The canonical automaton of ``source`` (anything ``load_tokenizer`` accepts, or a ``Tokenizer``).
 
     Cached under ``cache_dir`` (default: ``<canonmerge cache>/automata``) by the tokenizer's content hash; a
     corrupt or stale cache file is rebuilt. ``progress(message)`` is called at each build stage.
+    ``eos_token_ids`` replaces the EOS ids the source names (or that were guessed from its token names).
     """
-    from bpe.loaders import load_tokenizer
+    import dataclasses
 
-    tokenizer = source if isinstance(source, Tokenizer) else load_tokenizer(source)
+    from bpe.loaders import _checked_eos, load_tokenizer
+
+    if isinstance(source, Tokenizer):
+        tokenizer = source
+        if eos_token_ids is not None:
+            tokenizer = dataclasses.replace(tokenizer, eos_token_ids=tuple(_checked_eos(eos_token_ids)))
+    else:
+        tokenizer = load_tokenizer(source, eos_token_ids=eos_token_ids)
     key = tokenizer_key(tokenizer)
     path = _cache_file(key, cache_dir)
+    automaton = None
     if path.exists():
         try:
-            return CanonicalAutomaton.load(path, key)
+            automaton = CanonicalAutomaton.load(path, key)
         except CacheError as exc:
             if progress:
                 progress(f"rebuilding: {exc}")
-    automaton = build_canonical_automaton(tokenizer, progress=progress)
-    automaton.save(path, key)
+    if automaton is None:
+        automaton = build_canonical_automaton(tokenizer, progress=progress)
+        automaton.save(path, key)
+    eos = np.array(tokenizer.eos_token_ids, dtype=np.int32)
+    if not np.array_equal(automaton.eos_token_ids, eos):  # EOS does not decide the automaton, nor its cache key
+        automaton = dataclasses.replace(automaton, eos_token_ids=eos)
     return automaton
 
 
@@ -532,7 +546,7 @@ class _TokenShapes:
         # holding a whole such character (<0x41> for "A") is never produced.
         self.vocab_chars: set[str] = set()
         if tokenizer.byte_fallback:
-            for t in np.flatnonzero(self.in_piece).tolist():
+            for t in np.flatnonzero(self.in_piece | self.boundary_token).tolist():  # added tokens: matched first
                 text = tokenizer.token_bytes[t].decode("utf-8", errors="ignore")
                 if len(text) == 1:
                     self.vocab_chars.add(text)

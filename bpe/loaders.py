@@ -23,8 +23,12 @@ from bpe.model import GPT2_PATTERN, SplitRule, Tokenizer, bytes_to_unicode
 
 __all__ = ["load_tokenizer", "to_runtime_tokenizer"]
 
-# Names of special tokens that end generation, used when the source does not say which one is EOS.
-_EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>")
+# Names of special tokens that end generation, used when neither the source nor the files beside it say which
+# one is EOS; the first present wins.
+_EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>",
+              "<end_of_turn>", "<eos>", "<|end|>", "<|return|>", "<EOT>", "<|eot|>", "<|END_OF_TURN_TOKEN|>",
+              "<｜end▁of▁sentence｜>", "<|end▁of▁sentence|>", "<｜end_of_sentence｜>", "<|end_of_sentence|>",
+              "[EOS]", "<end_of_utterance>", "<|endofturn|>", "<|eos|>")
 
 # Pre-tokenizer regexes by the names llama.cpp writes into GGUF files (tokenizer.ggml.pre) and by the
 # tiktoken encoding names. Each entry is the list of Split rules applied in order.
@@ -67,6 +71,8 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
     ``pre_tokenizer`` names the pre-tokenizer (``gpt2``, ``cl100k_base``, ``llama-bpe``, …) for formats
     that do not carry it, i.e. tiktoken files whose name does not tell.
     """
+    if eos_token_ids is not None:
+        eos_token_ids = _checked_eos(eos_token_ids)
     if hasattr(source, "backend_tokenizer"):  # transformers PreTrainedTokenizerFast
         eos = eos_token_ids
         if eos is None and getattr(source, "eos_token_id", None) is not None:
@@ -83,7 +89,8 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
         if (path / "tokenizer.json").exists():
             path = path / "tokenizer.json"
         elif (path / "encoder.json").exists() and (path / "vocab.bpe").exists():
-            return _from_json_dict(_gpt2_files_to_json(path / "encoder.json", path / "vocab.bpe"), eos_token_ids)
+            return _from_json_dict(_gpt2_files_to_json(path / "encoder.json", path / "vocab.bpe"), eos_token_ids,
+                                   beside=path)
         else:
             raise TokenizerError(f"directory {str(path)!r} has no tokenizer.json (nor encoder.json + vocab.bpe)")
     name = path.name
@@ -99,7 +106,53 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
         raise TokenizerError(f"{str(path)!r} is not valid tokenizer JSON: {exc}") from exc
     if not isinstance(data, dict) or "model" not in data:
         raise TokenizerError(f"{str(path)!r} is JSON but not a tokenizer.json (no 'model' entry)")
-    return _from_json_dict(data, eos_token_ids)
+    return _from_json_dict(data, eos_token_ids, beside=path.parent)
+
+
+def _checked_eos(eos_token_ids) -> list[int]:
+    if isinstance(eos_token_ids, (int, str, bytes)) or not all(
+            isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in eos_token_ids):
+        raise TypeError(f"eos_token_ids must be a list of token ids, not {eos_token_ids!r}")
+    return [int(t) for t in eos_token_ids]
+
+
+def _eos_beside(directory: Path, strings: list[str | None]) -> tuple[int, ...] | None:
+    """EOS ids named by the files transformers keeps beside a tokenizer.json: ``generation_config.json``
+    (``eos_token_id``: what generation stops on, one id or several), ``tokenizer_config.json`` (``eos_token``: a
+    token's content), ``config.json`` (``eos_token_id``); the first that names one wins. None if none does."""
+    def read(name: str) -> dict:
+        path = directory / name
+        if not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TokenizerError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+        return data if isinstance(data, dict) else {}
+
+    def ids(value, where: str) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise TokenizerError(f"{where}: eos_token_id {value!r} is not a token id or a list of them")
+        for v in values:
+            if not 0 <= v < len(strings):
+                raise TokenizerError(f"{where}: eos_token_id {v} is outside the vocabulary of {len(strings)} tokens")
+        return tuple(values)
+
+    found = ids(read("generation_config.json").get("eos_token_id"), "generation_config.json")
+    if found:
+        return found
+    content = read("tokenizer_config.json").get("eos_token")
+    if isinstance(content, dict):
+        content = content.get("content")
+    if isinstance(content, str):
+        matches = [i for i, s in enumerate(strings) if s == content]
+        if not matches:
+            raise TokenizerError(f"tokenizer_config.json: eos_token {content!r} is not a token of the tokenizer")
+        return (matches[0],)
+    return ids(read("config.json").get("eos_token_id"), "config.json")
 
 
 # --------------------------------------------------------------------------------------------- tokenizer.json
@@ -309,7 +362,7 @@ def _guess_eos(strings: list[str | None], special: set[int]) -> tuple[int, ...]:
     return ()
 
 
-def _from_json_dict(data: dict, eos_token_ids: list[int] | None) -> Tokenizer:
+def _from_json_dict(data: dict, eos_token_ids: list[int] | None, beside: Path | None = None) -> Tokenizer:
     model = data.get("model") or {}
     kind = model.get("type")
     if kind is None and "merges" in model:
@@ -329,7 +382,7 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None) -> Tokenizer:
         strings[i] = s
     special = {a["id"] for a in added if a.get("special")}
     in_vocab = set(vocab.values())
-    added_plain = {a["id"] for a in added if not a.get("special") and a["id"] not in in_vocab}
+    plain = {a["id"] for a in added if not a.get("special")}
     for a in added:
         strings[a["id"]] = a["content"]
     normalizer = _parse_normalizer(data.get("normalizer"))
@@ -340,18 +393,25 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None) -> Tokenizer:
     byte_level |= decoder.get("type") == "ByteLevel" or (
         decoder.get("type") == "Sequence" and any(d.get("type") == "ByteLevel" for d in decoder.get("decoders", [])))
     byte_fallback = bool(model.get("byte_fallback"))
-    token_bytes = _token_bytes_of(strings, byte_level, byte_fallback, normalizer, special | added_plain)
-    for i in sorted(added_plain):
-        # Added tokens are found in the text by their content; the runtime decodes them like any token (through the
-        # byte alphabet when every character is in it, else as their UTF-8). One whose decoding is not its content
-        # never comes back from encoding its own text: never allowed, like a special token.
+    token_bytes = _token_bytes_of(strings, byte_level, byte_fallback, normalizer, special | (plain - in_vocab))
+    added_plain: set[int] = set()
+    for i in sorted(plain):
+        # Non-special added tokens are found in the text by their content, before normalisation and BPE; the
+        # runtime decodes them like any token (through the byte alphabet when every character is in it, else as
+        # their UTF-8). One that decodes to its content is matched wherever the text holds it: an added token (the
+        # automaton allows it between independently tokenized segments). One that does not never matches decoded
+        # text: a vocabulary token keeps its BPE role (Gemma's "▁▁"), any other is never allowed, like a special
+        # token.
         raw = _added_token_bytes(strings[i], byte_level, normalizer)
         if raw.decode("utf-8", errors="replace") == strings[i]:
             token_bytes[i] = raw
-        else:
-            added_plain.discard(i)
+            added_plain.add(i)
+        elif i not in in_vocab:
             special.add(i)
-    eos = tuple(eos_token_ids) if eos_token_ids is not None else _guess_eos(strings, special)
+    if eos_token_ids is not None:
+        eos = tuple(eos_token_ids)
+    else:
+        eos = (_eos_beside(beside, strings) if beside is not None else None) or _guess_eos(strings, special)
     return Tokenizer(
         token_bytes=token_bytes,
         merge_table=_merge_table(model.get("merges", []), vocab, "tokenizer.json"),

@@ -40,25 +40,50 @@ from bpe.model import SplitRule
 
 __all__ = ["Segmentation", "build_segmentation", "symbol_table"]
 
-# Symbols: 0..127 ASCII, then the non-ASCII categories, then slots for non-ASCII characters that a pattern
-# names literally (Metaspace's "▁", a full-width bracket...), assigned per segmentation.
-LETTER, NUMBER, SPACE, OTHER, LONG_S, KELVIN, PUNCT = range(128, 135)
+# Symbols: 0..127 ASCII, then the non-ASCII categories the patterns in use distinguish (letters by case class,
+# marks, numbers, White_Space, punctuation, the rest), then slots for non-ASCII characters a pattern names
+# literally (Metaspace's "▁", a full-width bracket...), assigned per segmentation.
+LETTER, NUMBER, SPACE, OTHER, LONG_S, KELVIN, PUNCT, UPPER, LOWER, TITLE, MODIFIER, MARK = range(128, 140)
+_FIRST_SLOT = 140
 LITERAL_SLOTS = 8
-NUM_SYMBOLS = 135 + LITERAL_SLOTS
+NUM_SYMBOLS = _FIRST_SLOT + LITERAL_SLOTS
 _PLACEHOLDER = {LETTER: "\ue000", NUMBER: "\ue001", SPACE: "\ue002", OTHER: "\ue003", LONG_S: "\u017f",
-                KELVIN: "\u212a", PUNCT: "\ue004"}
-_PLACEHOLDER.update({135 + k: chr(0xE010 + k) for k in range(LITERAL_SLOTS)})
-# ASCII characters in the Unicode punctuation categories (P*); "$+<=>^`|~" are symbols (S*).
-_ASCII_PUNCT = "".join(chr(c) for c in range(128) if unicodedata.category(chr(c))[0] == "P")
+                KELVIN: "\u212a", PUNCT: "\ue004", UPPER: "\ue005", LOWER: "\ue006", TITLE: "\ue007",
+                MODIFIER: "\ue008", MARK: "\ue009"}
+_PLACEHOLDER.update({_FIRST_SLOT + k: chr(0xE010 + k) for k in range(LITERAL_SLOTS)})
+# The Unicode category each non-ASCII symbol stands for ("Zs" for the White_Space symbol, "Cn" for the rest).
+_SYMBOL_CATEGORY = {LETTER: "Lo", NUMBER: "N", SPACE: "Zs", OTHER: "Cn", LONG_S: "Ll", KELVIN: "Lu", PUNCT: "P",
+                    UPPER: "Lu", LOWER: "Ll", TITLE: "Lt", MODIFIER: "Lm", MARK: "M"}
+_LETTER_SYMBOL = {"Lo": LETTER, "Lu": UPPER, "Ll": LOWER, "Lt": TITLE, "Lm": MODIFIER}
 # Unicode White_Space outside ASCII (what Oniguruma's \s matches; Python's str.isspace differs on \x1c-\x1f).
 _NON_ASCII_SPACE = [0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
 _ASCII_SPACE = "\t\n\x0b\x0c\r "
-_CLASS_TEXT = {  # what each escape means inside [...] over the symbol alphabet (literal slots added per pattern)
-    r"\p{L}": "A-Za-z\ue000\u017f\u212a",
-    r"\p{N}": "0-9\ue001",
-    r"\s": _ASCII_SPACE + "\ue002",
-    r"\p{P}": re.sub(r"([\\\]\[^-])", r"\\\1", _ASCII_PUNCT) + "\ue004",  # the Unicode P* categories
+# The classes a pattern may use, as tests on (character, its category, whether it is White_Space).
+_CLASSES = {
+    r"\p{L}": lambda cat, space: cat[0] == "L",
+    r"\p{Lu}": lambda cat, space: cat == "Lu",
+    r"\p{Ll}": lambda cat, space: cat == "Ll",
+    r"\p{Lt}": lambda cat, space: cat == "Lt",
+    r"\p{Lm}": lambda cat, space: cat == "Lm",
+    r"\p{Lo}": lambda cat, space: cat == "Lo",
+    r"\p{M}": lambda cat, space: cat[0] == "M",
+    r"\p{N}": lambda cat, space: cat[0] == "N",
+    r"\p{P}": lambda cat, space: cat[0] == "P",
+    r"\s": lambda cat, space: space,
 }
+
+
+def _class_members(test, extra: dict[str, int]) -> str:
+    """The text inside [...] of a class over the symbol alphabet: ASCII members, symbol placeholders, slots."""
+    members = [chr(c) for c in range(128)
+               if test(unicodedata.category(chr(c)), chr(c) in _ASCII_SPACE)]
+    members += [_PLACEHOLDER[s] for s, cat in _SYMBOL_CATEGORY.items() if test(cat if cat != "Zs" else "Zs", s == SPACE)]
+    members += [_PLACEHOLDER[slot] for char, slot in extra.items()
+                if test(unicodedata.category(char), ord(char) in _NON_ASCII_SPACE)]
+    return "".join("\\" + c if c in "\\]^-[" else c for c in members)
+
+
+_CLASS_TEXT = {key: _class_members(test, {}) for key, test in _CLASSES.items()}
 
 
 @lru_cache(maxsize=1)
@@ -69,11 +94,13 @@ def symbol_table() -> np.ndarray:
     for cp in range(128, 0x110000):
         cat = unicodedata.category(chr(cp))
         if cat[0] == "L":
-            table[cp] = LETTER
+            table[cp] = _LETTER_SYMBOL.get(cat, LETTER)
         elif cat[0] == "N":
             table[cp] = NUMBER
         elif cat[0] == "P":
             table[cp] = PUNCT
+        elif cat[0] == "M":
+            table[cp] = MARK
     table[_NON_ASCII_SPACE] = SPACE
     table[0x17F], table[0x212A] = LONG_S, KELVIN
     return table
@@ -81,14 +108,9 @@ def symbol_table() -> np.ndarray:
 
 def _literal_class_text(slots: dict[str, int]) -> dict[str, str]:
     """_CLASS_TEXT with each literal slot added to the classes its character belongs to."""
-    text = dict(_CLASS_TEXT)
-    for char, slot in slots.items():
-        cat = unicodedata.category(char)
-        key = (r"\p{L}" if cat[0] == "L" else r"\p{N}" if cat[0] == "N" else
-               r"\s" if ord(char) in _NON_ASCII_SPACE else r"\p{P}" if cat[0] == "P" else None)
-        if key is not None:
-            text[key] += _PLACEHOLDER[slot]
-    return text
+    if not slots:
+        return _CLASS_TEXT
+    return {key: _class_members(test, slots) for key, test in _CLASSES.items()}
 
 
 def _literal_slots(rules: tuple[SplitRule, ...]) -> dict[str, int]:
@@ -107,7 +129,7 @@ def _literal_slots(rules: tuple[SplitRule, ...]) -> dict[str, int]:
     if len(chars) > LITERAL_SLOTS:
         raise UnsupportedTokenizerError(f"pre-tokenizer patterns name {len(chars)} distinct non-ASCII characters "
                                         f"(at most {LITERAL_SLOTS})")
-    return {c: 135 + k for k, c in enumerate(chars)}
+    return {c: _FIRST_SLOT + k for k, c in enumerate(chars)}
 
 
 def _segmentation_symbols(slots: dict[str, int]) -> np.ndarray:
