@@ -144,31 +144,42 @@ def _respellings(model, ids, rng, count):
     for _ in range(count * 4 if ids else 0):
         i = rng.randrange(len(ids))
         if rng.random() < 0.5 and ids[i] in split_of:
-            out.append(ids[:i] + list(split_of[ids[i]]) + ids[i + 1:])
+            # Splitting an added token spells its text with other tokens: the documented corner (see _assert_exact).
+            out.append((ids[:i] + list(split_of[ids[i]]) + ids[i + 1:], ids[i] in model.added_token_ids))
         elif i + 1 < len(ids) and model.token_bytes[ids[i]] is not None and model.token_bytes[ids[i + 1]] is not None:
             fused = by_bytes.get(model.token_bytes[ids[i]] + model.token_bytes[ids[i + 1]])
             if fused is not None:
-                out.append(ids[:i] + [fused] + ids[i + 2:])
+                out.append((ids[:i] + [fused] + ids[i + 2:], False))
         if len(out) == count:
             break
     return out
 
 
-def _assert_exact(model, runtime, texts, *, respellings: int = 6, min_tokens: int = 5_000):
-    """Runtime encodings are accepted; respellings are accepted exactly when the runtime says canonical."""
+def _assert_exact(model, runtime, texts, *, respellings: int = 6, min_tokens: int = 5_000, report=None):
+    """Runtime encodings are accepted; respellings are accepted exactly when the runtime says canonical, except the
+    documented corner: an added token's text spelled by other tokens (Gemma 3's "\n\n" as "\n" "\n", both added
+    tokens) is allowed. ``report`` (a dict) receives the counts."""
     automaton = compile_tokenizer(model)
     rng = random.Random(5)
-    total, judged = 0, 0
+    total, judged, corner, corner_allowed = 0, 0, 0, 0
     for text in texts:
         ids = runtime.encode(text, add_special_tokens=False).ids
         assert automaton.accepts(ids), text[:120]
         total += len(ids)
-        for new in _respellings(model, ids[:150], rng, respellings):
+        for new, spells_added in _respellings(model, ids[:150], rng, respellings):
             canonical = runtime.encode(runtime.decode(new, skip_special_tokens=False),
                                        add_special_tokens=False).ids == new
-            assert automaton.accepts(new) == canonical, (new, canonical)
+            accepted = automaton.accepts(new)
+            if spells_added:
+                assert accepted or not canonical, new
+                corner += 1
+                corner_allowed += accepted and not canonical
+                continue
+            assert accepted == canonical, (new, canonical)
             judged += not canonical
     assert total >= min_tokens and judged >= 20, (total, judged)
+    if report is not None:
+        report.update(tokens=total, judged=judged, added_respellings=corner, added_over_allowed=corner_allowed)
     return automaton
 
 
@@ -406,4 +417,6 @@ def test_o200k_is_exact_on_real_text():
 @pytest.mark.parametrize("name", ["gptoss", "gemma3"])
 def test_gptoss_and_gemma3_are_exact_on_real_text(name):
     model, runtime = _large(name)
-    _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000)
+    report: dict = {}
+    _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000, report=report)
+    print(name, report)
