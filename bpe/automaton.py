@@ -58,7 +58,7 @@ from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 
 
 class DisallowedTokenError(TokenizerError):
@@ -539,6 +539,7 @@ class _TokenShapes:
         added = np.zeros(V, dtype=bool)
         added[list(tokenizer.added_token_ids - tokenizer.special_token_ids)] = True
         regular &= ~added
+        regular[_holding_added_text(tokenizer, added)] = False
         self.boundary_token = added & valid  # non-special added tokens: matched before pre-tokenization
         self.in_piece = regular & produced & ~self.byte_fallback  # produced by BPE inside a piece
         self.whole_piece_only = (regular & ~produced & ~self.byte_fallback) if tokenizer.ignore_merges else np.zeros(V, bool)
@@ -554,6 +555,27 @@ class _TokenShapes:
                 if tokenizer.token_bytes[t].decode("utf-8", errors="ignore") in self.vocab_chars:
                     self.byte_fallback[t] = False
         self.byte_fallback &= regular
+
+
+def _holding_added_text(tokenizer: Tokenizer, added: np.ndarray) -> np.ndarray:
+    """Ids of regular tokens whose bytes hold a non-special added token's text: the runtime cuts that text out
+    before BPE wherever it occurs, so it never produces them."""
+    contents = {tokenizer.token_bytes[t] for t in np.flatnonzero(added).tolist() if tokenizer.token_bytes[t]}
+    if not contents:
+        return np.zeros(0, dtype=np.int64)
+    lengths = np.array([len(b) if b is not None else 0 for b in tokenizer.token_bytes], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]])  # one NUL after each token: no match spans two
+    blob = b"\x00".join(b if b is not None else b"" for b in tokenizer.token_bytes)
+    hits: set[int] = set()
+    for content in contents:
+        if b"\x00" in content:
+            continue
+        at = blob.find(content)
+        while at >= 0:
+            hits.add(int(np.searchsorted(starts, at, side="right")) - 1)
+            at = blob.find(content, at + 1)
+    ids = np.array(sorted(hits), dtype=np.int64)
+    return ids[~added[ids]] if len(ids) else ids
 
 
 class _ContextBuilder:

@@ -302,6 +302,7 @@ def test_added_tokens_in_every_form(tmp_path):
         _added(n + 3, " worldwide peace", False),      # spaces inside, not in the byte alphabet
         _added(n + 4, "ü", False, normalized=False),   # in the byte alphabet: decodes to byte 0xFC, never text
         _added(data["model"]["vocab"]["ĊĊ"], "ĊĊ", False),  # in the vocabulary, byte-level spelling
+        _added(data["model"]["vocab"]["tion"], "tion", False),  # in the vocabulary, matched whole (Gemma's "\n\n")
     ]
     model, runtime = _load_pair(data, tmp_path)
     assert model.vocab_size == n + 5
@@ -312,12 +313,20 @@ def test_added_tokens_in_every_form(tmp_path):
     assert model.token_bytes[n + 1] == "<｜tool▁call｜>".encode() and n + 1 in model.added_token_ids
     assert n + 4 in model.special_token_ids  # never comes back from its own text
     assert data["model"]["vocab"]["ĊĊ"] not in model.added_token_ids  # keeps its BPE role
+    tion = data["model"]["vocab"]["tion"]
+    assert tion in model.added_token_ids
     assert model.eos_token_ids == (data["model"]["vocab"]["<|endoftext|>"],)
     texts = [t.replace("the", "<｜tool▁call｜>").replace("and", "<tool>").replace(" world", " worldwide peace")
              for t in _real_texts()[::3]]
     automaton = _assert_exact(model, runtime, texts, min_tokens=3_000)
     encoded = runtime.encode("a<｜tool▁call｜>b<tool> worldwide peace\n\n", add_special_tokens=False).ids
     assert {n + 1, n + 2, n + 3} <= set(encoded) and automaton.accepts(encoded)
+    # Tokens holding an added token's text ("ĠnaTION", "tions") are never produced: the runtime cuts it out first.
+    holding = [t for t, b in enumerate(model.token_bytes) if b and b"tion" in b and t != tion]
+    assert len(holding) > 100 and not any(runtime.encode(model.token_bytes[t].decode(), add_special_tokens=False).ids
+                                          == [t] for t in holding[:50])
+    for c in range(automaton.num_open_contexts):
+        assert not automaton.allowed_after(c * automaton.num_merge_classes)[holding].any()
 
 
 def test_non_ascii_added_token_content_loads_for_byte_level_vocabularies(tmp_path):
