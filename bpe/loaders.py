@@ -5,8 +5,11 @@ pair), a ``tokenizers.Tokenizer``, a transformers fast tokenizer, a tiktoken ran
 replaying ranks), a GGUF file's vocabulary, a SentencePiece BPE ``.model``.
 
 Only what decides tokenization is kept. Anything that changes it in a way canonmerge does not model
-(WordPiece/Unigram models, lower-casing normalisers, Metaspace pre-tokenizers, suffix/prefix conventions)
-raises ``UnsupportedTokenizerError`` naming the construct, rather than being silently ignored.
+(WordPiece/Unigram models, Strip/Precompiled normalisers, Whitespace/UnicodeScripts pre-tokenizers,
+suffix/prefix conventions) raises ``UnsupportedTokenizerError`` naming the construct, rather than being
+silently ignored. The dummy prefix (``Prepend``, Metaspace's prepend scheme, ByteLevel's add_prefix_space) is
+left out: canonical tokenizations are continuations. EOS: ``eos_token_ids=``, else the source, else the
+transformers files beside a tokenizer.json, else a list of names (see docs/tokenizer-forms.md).
 """
 
 from __future__ import annotations

@@ -6,10 +6,13 @@ then runs BPE inside each piece; merges never cross a piece boundary. Write ``#`
 *symbols* plus ``#`` — so "is this boundary here?" becomes "is ``#`` allowed here?", answerable before the
 characters that decide it have been read (the DFA simply keeps both possibilities alive).
 
-Semantics modelled (HF ``tokenizers`` ``Split``, behaviour ``isolated``; ``ByteLevel(use_regex=True)`` is
-the GPT-2 pattern with it): scanning left to right, the piece at a position is the match of the *first*
-top-level alternative that matches there, at that alternative's *longest* valid length; characters where no
-alternative matches form gap pieces. Several rules (SmolLM2: digits, then GPT-2) apply in sequence, each
+Semantics modelled (HF ``tokenizers`` ``Split``; ``ByteLevel(use_regex=True)`` is the GPT-2 pattern with
+``isolated``): scanning left to right, the span at a position is the match of the *first* top-level alternative
+that matches there, at that alternative's *longest* valid length; characters where no alternative matches form
+gap spans. The behaviour then joins spans into pieces (``merged_with_previous``/``_next``, ``contiguous``: a
+span boundary that is no piece boundary is an unmarked step of the construction) or drops them (``removed``:
+text holding a dropped span never decodes back from the runtime's tokens, so it is not in the language);
+``invert`` swaps which spans count as matches. Several rules (SmolLM2: digits, then GPT-2) apply in sequence, each
 inside the pieces of the previous one, seeing a piece's end as the end of the text.
 
 Assumptions, checked against the runtime in the tests: each alternative's backtracking match is its longest
@@ -18,8 +21,10 @@ a one-character class at the end of an alternative (``\\s+(?!\\S)``); no alterna
 string. Patterns outside this get ``UnsupportedTokenizerError``.
 
 Characters are reduced to *symbols*: each ASCII character is its own symbol; other characters fall into
-letter / number / whitespace / other (Unicode categories L*, N*, the White_Space property), plus the two
-non-ASCII letters that case-insensitive matching folds onto ASCII (``ſ`` -> s, ``K`` (Kelvin) -> k).
+letters by case class (Lu, Ll, Lt, Lm, Lo), marks, numbers, punctuation, whitespace (the White_Space property)
+and the rest, plus the two non-ASCII letters that case-insensitive matching folds onto ASCII (``ſ`` -> s,
+``K`` (Kelvin) -> k), plus one symbol per non-ASCII character a pattern names literally
+(``Segmentation.symbols`` maps code points to symbols for one rule set).
 The construction is a subset construction over *threads*, each one hypothesis about the current piece plus
 the obligations earlier pieces left behind ("alternative j must not produce a longer match here").
 """
