@@ -662,9 +662,12 @@ def to_runtime_tokenizer(model: Tokenizer):
     for step in model.normalizer:
         if step[0] == "replace":
             normalizers.append({"type": "Replace", "pattern": {"String": step[1]}, "content": step[2]})
+        elif step[0] == "lowercase":
+            normalizers.append({"type": "Lowercase"})
         elif step[0] != "prepend":
             normalizers.append({"type": step[0].upper()})
-    pre = [{"type": "Split", "pattern": {"Regex": r.pattern}, "behavior": "Isolated", "invert": r.invert}
+    camel = {v: k for k, v in _BEHAVIORS.items() if k[0].isupper()}
+    pre = [{"type": "Split", "pattern": {"Regex": r.pattern}, "behavior": camel[r.behavior], "invert": r.invert}
            for r in model.pre_tokenizer]
     if model.byte_level:
         pre.append({"type": "ByteLevel", "add_prefix_space": False, "use_regex": False, "trim_offsets": False})
