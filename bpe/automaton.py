@@ -54,11 +54,11 @@ from automata.dfa import find_sorted, row_bounds, unique_rows
 from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
-from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation, symbol_table
+from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
-FORMAT_VERSION = 7
+FORMAT_VERSION = 8
 
 
 class DisallowedTokenError(TokenizerError):
@@ -328,25 +328,39 @@ def tokenizer_key(tokenizer: Tokenizer) -> str:
     return digest.hexdigest()
 
 
-def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, progress=None) -> CanonicalAutomaton:
+def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, progress=None,
+                      eos_token_ids: list[int] | None = None) -> CanonicalAutomaton:
     """The canonical automaton of ``source`` (anything ``load_tokenizer`` accepts, or a ``Tokenizer``).
 
     Cached under ``cache_dir`` (default: ``<canonmerge cache>/automata``) by the tokenizer's content hash; a
     corrupt or stale cache file is rebuilt. ``progress(message)`` is called at each build stage.
+    ``eos_token_ids`` replaces the EOS ids the source names (or that were guessed from its token names).
     """
-    from bpe.loaders import load_tokenizer
+    import dataclasses
 
-    tokenizer = source if isinstance(source, Tokenizer) else load_tokenizer(source)
+    from bpe.loaders import _checked_eos, load_tokenizer
+
+    if isinstance(source, Tokenizer):
+        tokenizer = source
+        if eos_token_ids is not None:
+            tokenizer = dataclasses.replace(tokenizer, eos_token_ids=tuple(_checked_eos(eos_token_ids)))
+    else:
+        tokenizer = load_tokenizer(source, eos_token_ids=eos_token_ids)
     key = tokenizer_key(tokenizer)
     path = _cache_file(key, cache_dir)
+    automaton = None
     if path.exists():
         try:
-            return CanonicalAutomaton.load(path, key)
+            automaton = CanonicalAutomaton.load(path, key)
         except CacheError as exc:
             if progress:
                 progress(f"rebuilding: {exc}")
-    automaton = build_canonical_automaton(tokenizer, progress=progress)
-    automaton.save(path, key)
+    if automaton is None:
+        automaton = build_canonical_automaton(tokenizer, progress=progress)
+        automaton.save(path, key)
+    eos = np.array(tokenizer.eos_token_ids, dtype=np.int32)
+    if not np.array_equal(automaton.eos_token_ids, eos):  # EOS does not decide the automaton, nor its cache key
+        automaton = dataclasses.replace(automaton, eos_token_ids=eos)
     return automaton
 
 
@@ -378,7 +392,7 @@ def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> Canonic
     if segmentation.num_states > 63:
         raise UnsupportedTokenizerError(f"pre-tokenizer automaton has {segmentation.num_states} states (at most 63)")
     say(f"  {segmentation.num_states} marked-text states")
-    shapes = _TokenShapes(tokenizer, merges.produced)
+    shapes = _TokenShapes(tokenizer, merges.produced, segmentation.symbols)
     say("contexts")
     builder = _ContextBuilder(tokenizer, segmentation, shapes, merges)
     builder.run()
@@ -429,6 +443,32 @@ def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
 _NEVER_NORMALIZED: dict[str, np.ndarray] = {}
 
 
+def _excluded_code_points(tokenizer: Tokenizer) -> np.ndarray | None:
+    """bool[0x110000]: characters the normaliser never lets reach BPE (None: no such normaliser). The first
+    Unicode normal form decides (see the module docstring); ``Lowercase`` excludes every character it changes."""
+    forms = [step[0].upper() for step in tokenizer.normalizer if step[0] in ("nfc", "nfkc", "nfd", "nfkd")]
+    lowercase = any(step[0] == "lowercase" for step in tokenizer.normalizer)
+    if not forms and not lowercase:
+        return None
+    table = _never_normalized(forms[0]).copy() if forms else np.zeros(0x110000, dtype=bool)
+    if lowercase:
+        table |= _changed_by_lowercase()
+    return table
+
+
+_CHANGED_BY_LOWERCASE: list[np.ndarray] = []
+
+
+def _changed_by_lowercase() -> np.ndarray:
+    if not _CHANGED_BY_LOWERCASE:
+        table = np.zeros(0x110000, dtype=bool)
+        for cp in range(0x110000):
+            if not 0xD800 <= cp < 0xE000 and chr(cp).lower() != chr(cp):
+                table[cp] = True
+        _CHANGED_BY_LOWERCASE.append(table)
+    return _CHANGED_BY_LOWERCASE[0]
+
+
 def _never_normalized(form: str) -> np.ndarray:
     """bool[0x110000]: code points that never occur in ``form``-normalised text (a character that is not
     normalised on its own is rewritten in every context: NFC_Quick_Check=No and the like)."""
@@ -447,9 +487,8 @@ class _TokenShapes:
     symbols of the whole characters it holds (``symbols``, padded with -1), and the bytes of a character it
     leaves unfinished (``tail_id`` into ``tails``; 0 = none). Also which tokens may appear at all and how."""
 
-    def __init__(self, tokenizer: Tokenizer, produced: np.ndarray):
+    def __init__(self, tokenizer: Tokenizer, produced: np.ndarray, table: np.ndarray):
         V = tokenizer.vocab_size
-        table = symbol_table()
         self.lead = np.zeros(V, dtype=np.int8)
         self.tail_id = np.zeros(V, dtype=np.int32)
         self.tails: list[bytes] = [b""]
@@ -459,8 +498,7 @@ class _TokenShapes:
         fallback = tokenizer.byte_fallback_ids
         self.byte_fallback = np.zeros(V, dtype=bool)
         self.byte_fallback[list(fallback.values())] = True
-        forms = [step[0].upper() for step in tokenizer.normalizer if step[0] in ("nfc", "nfkc", "nfd", "nfkd")]
-        self.normal_form = normal_form = forms[0] if forms else None
+        self.excluded = excluded = _excluded_code_points(tokenizer)
         for t, raw in enumerate(tokenizer.token_bytes):
             row: list[int] = []
             rows.append(row)
@@ -479,8 +517,7 @@ class _TokenShapes:
                 text = raw[i:j].decode("utf-8")
             except UnicodeDecodeError:
                 continue  # no text has these bytes inside one token
-            if normal_form and not unicodedata.is_normalized(normal_form, text) and \
-                    _never_normalized(normal_form)[[ord(c) for c in text]].any():
+            if excluded is not None and text and excluded[[ord(c) for c in text]].any():
                 continue  # a character the normaliser rewrites whatever surrounds it never reaches BPE
             row.extend(table[[ord(c) for c in text]].tolist())
             self.lead[t] = i
@@ -502,6 +539,7 @@ class _TokenShapes:
         added = np.zeros(V, dtype=bool)
         added[list(tokenizer.added_token_ids - tokenizer.special_token_ids)] = True
         regular &= ~added
+        regular[_holding_added_text(tokenizer, added)] = False
         self.boundary_token = added & valid  # non-special added tokens: matched before pre-tokenization
         self.in_piece = regular & produced & ~self.byte_fallback  # produced by BPE inside a piece
         self.whole_piece_only = (regular & ~produced & ~self.byte_fallback) if tokenizer.ignore_merges else np.zeros(V, bool)
@@ -509,7 +547,7 @@ class _TokenShapes:
         # holding a whole such character (<0x41> for "A") is never produced.
         self.vocab_chars: set[str] = set()
         if tokenizer.byte_fallback:
-            for t in np.flatnonzero(self.in_piece).tolist():
+            for t in np.flatnonzero(self.in_piece | self.boundary_token).tolist():  # added tokens: matched first
                 text = tokenizer.token_bytes[t].decode("utf-8", errors="ignore")
                 if len(text) == 1:
                     self.vocab_chars.add(text)
@@ -517,6 +555,27 @@ class _TokenShapes:
                 if tokenizer.token_bytes[t].decode("utf-8", errors="ignore") in self.vocab_chars:
                     self.byte_fallback[t] = False
         self.byte_fallback &= regular
+
+
+def _holding_added_text(tokenizer: Tokenizer, added: np.ndarray) -> np.ndarray:
+    """Ids of regular tokens whose bytes hold a non-special added token's text: the runtime cuts that text out
+    before BPE wherever it occurs, so it never produces them."""
+    contents = {tokenizer.token_bytes[t] for t in np.flatnonzero(added).tolist() if tokenizer.token_bytes[t]}
+    if not contents:
+        return np.zeros(0, dtype=np.int64)
+    lengths = np.array([len(b) if b is not None else 0 for b in tokenizer.token_bytes], dtype=np.int64)
+    starts = np.concatenate([[0], np.cumsum(lengths + 1)[:-1]])  # one NUL after each token: no match spans two
+    blob = b"\x00".join(b if b is not None else b"" for b in tokenizer.token_bytes)
+    hits: set[int] = set()
+    for content in contents:
+        if b"\x00" in content:
+            continue
+        at = blob.find(content)
+        while at >= 0:
+            hits.add(int(np.searchsorted(starts, at, side="right")) - 1)
+            at = blob.find(content, at + 1)
+    ids = np.array(sorted(hits), dtype=np.int64)
+    return ids[~added[ids]] if len(ids) else ids
 
 
 class _ContextBuilder:
@@ -544,7 +603,7 @@ class _ContextBuilder:
         self.inside_rows: list[np.ndarray] = []
         self.pending_rows: list[tuple[np.ndarray, np.ndarray]] = []
         self.final: list[bool] = []
-        self.normal_form = shapes.normal_form
+        self.excluded = shapes.excluded
         self.vocab_code_points = np.zeros(0x110000, dtype=bool)  # characters the vocabulary spells
         self.vocab_code_points[[ord(c) for c in shapes.vocab_chars]] = True
         # Per unfinished character a token leaves: the states from which it can still be completed.
@@ -602,10 +661,10 @@ class _ContextBuilder:
                 self.completions[tail] = (b"dead", 0)
                 return self.completions[tail]
             cps = np.arange(lo, hi + 1)
-            behaviour = symbol_table()[cps].astype(np.uint8)
+            behaviour = self.seg.symbols[cps].astype(np.uint8)
             behaviour[(cps >= 0xD800) & (cps <= 0xDFFF)] = 255  # surrogates are not characters
-            if self.normal_form:  # characters the normaliser always rewrites never reach BPE
-                behaviour[_never_normalized(self.normal_form)[cps]] = 255
+            if self.excluded is not None:  # characters the normaliser always rewrites never reach BPE
+                behaviour[self.excluded[cps]] = 255
             if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
                 behaviour[self.vocab_code_points[cps]] = 255
             syms = np.unique(behaviour[behaviour != 255])
@@ -687,10 +746,10 @@ class _ContextBuilder:
         if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
             keep = ~self.vocab_code_points[cp] & shapes.byte_fallback[tokens[finish]]
             finish, cp = finish[keep], cp[keep]
-        if self.normal_form:
-            keep = ~_never_normalized(self.normal_form)[cp]
+        if self.excluded is not None:
+            keep = ~self.excluded[cp]
             finish, cp = finish[keep], cp[keep]
-        sym = symbol_table()[cp].astype(np.int64)
+        sym = self.seg.symbols[cp].astype(np.int64)
         finished = tokens[finish]
         after = np.zeros(len(finish), dtype=np.uint64)
         for s in range(self.seg.num_states):

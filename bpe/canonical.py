@@ -45,7 +45,6 @@ it by ``bpe.automaton``.
 
 from __future__ import annotations
 
-import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -265,37 +264,60 @@ def _fuse(state_of, generators, parent, made_at, vocab_size) -> MergeAutomaton:
             for c in reversed(children.get(node, ())):
                 stack.append((c, False))
 
-    child_made = {node: [-int(made_at[c]) for c in kids] for node, kids in children.items()}  # ascending
+    # Each generator (g, k) of a state stands for the interval [position[g], end): g itself plus the subtrees of
+    # its children made at or after clock k (they come first; "at" happens for a == b, where step 5 of the same
+    # merge forbids aa after the odd a). Computed for all generators at once: children in one flat array,
+    # grouped by parent, newest first; a sorted key per child turns "how many were made at or after k" into
+    # one searchsorted.
+    kids_flat = np.array([c for node in sorted(children) for c in children[node]], dtype=np.int64)
+    kid_parent = np.array([node for node in sorted(children) for _ in children[node]], dtype=np.int64)
+    clock_span = int(max(made_at.max(), 0)) + 2
+    kid_key = kid_parent * (2 * clock_span) + (clock_span - made_at[kids_flat])  # ascending
+    kid_start = np.searchsorted(kid_parent, np.arange(vocab_size), side="left")
 
-    def interval(gen: int, added: int) -> tuple[int, int]:
-        # gen itself plus the subtrees of its children made at or after merge `added` (they come first; "at"
-        # happens for a == b, where step 5 of the same merge forbids aa after the odd a).
-        kids = children.get(gen)
-        n_after = bisect.bisect_right(child_made[gen], -added) if kids else 0
-        end = subtree_end[kids[n_after - 1]] if n_after else position[gen] + 1
-        return int(position[gen]), int(end)
+    states = np.array(sorted(set(np.unique(state_of[produced]).tolist()) | {0}), dtype=np.int64)
+    counts = np.array([len(generators[st]) for st in states.tolist()], dtype=np.int64)
+    total = int(counts.sum())
+    gen = np.fromiter((g for st in states.tolist() for g in generators[st]), dtype=np.int64, count=total)
+    added = np.fromiter((k for st in states.tolist() for k in generators[st].values()), dtype=np.int64, count=total)
+    owner = np.repeat(np.arange(len(states)), counts)
+    n_after = np.searchsorted(kid_key, gen * (2 * clock_span) + (clock_span - added), side="right") - kid_start[gen]
+    lo = position[gen]
+    last_kid = kids_flat[np.maximum(kid_start[gen] + n_after - 1, 0)] if len(kids_flat) else np.zeros_like(gen)
+    hi = np.where(n_after > 0, subtree_end[last_kid], lo + 1)
+    # Union of each state's intervals (touching ones join): sort by (state, lo); an offset per state keeps a
+    # running maximum from crossing states.
+    by = np.lexsort((lo, owner))
+    offset = owner[by] * (2 * vocab_size + 2)
+    lo_o, hi_o = lo[by] + offset, hi[by] + offset
+    reach = np.maximum.accumulate(hi_o) if total else hi_o
+    starts_run = np.ones(total, dtype=bool)
+    starts_run[1:] = lo_o[1:] > reach[:-1]
+    run_first = np.flatnonzero(starts_run)
+    run_lo = lo_o[run_first] - offset[run_first]
+    run_hi = np.maximum.reduceat(hi_o, run_first) - offset[run_first] if total else run_lo
+    run_owner = owner[by][run_first]
+    bounds = np.searchsorted(run_owner, np.arange(len(states) + 1), side="left")
+    flat = np.stack([run_lo, run_hi], axis=1).astype(np.int64)
 
-    class_id: dict[tuple, int] = {}
+    class_id: dict[bytes, int] = {}
     state_class = np.full(len(generators), -1, dtype=np.int64)
-    starts: list[int] = []
-    ends: list[int] = []
-    offsets = [0]
-    live_states = np.unique(state_of[produced])
-    for s in sorted(set(live_states.tolist()) | {0}):
-        spans = sorted(interval(g, k) for g, k in generators[s].items())
-        fused: list[list[int]] = []
-        for lo, hi in spans:
-            if fused and lo <= fused[-1][1]:
-                fused[-1][1] = max(fused[-1][1], hi)
-            else:
-                fused.append([lo, hi])
-        key = tuple(x for span in fused for x in span)
-        if key not in class_id:
-            class_id[key] = len(class_id)
-            starts.extend(key[0::2])
-            ends.extend(key[1::2])
-            offsets.append(len(starts))
-        state_class[s] = class_id[key]
+    representative: list[int] = []  # per class, the first state index with its interval list
+    blob = flat.tobytes()
+    row = flat.itemsize * 2
+    bounds_list = bounds.tolist()
+    for i, st in enumerate(states.tolist()):
+        key = blob[bounds_list[i] * row : bounds_list[i + 1] * row]
+        c = class_id.get(key)
+        if c is None:
+            c = class_id[key] = len(representative)
+            representative.append(i)
+        state_class[st] = c
+    rep = np.array(representative, dtype=np.int64)
+    lengths = bounds[rep + 1] - bounds[rep]
+    rows = np.repeat(bounds[rep] - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths) + np.arange(lengths.sum())
+    starts, ends = flat[rows, 0], flat[rows, 1]
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
     class_of = np.where(produced, state_class[np.maximum(state_of, 0)], -1).astype(np.int32)
     return MergeAutomaton(
         class_of=class_of,

@@ -9,3 +9,8 @@ class TokenizerError(CanonmergeError):
 
 class UnsupportedTokenizerError(TokenizerError):
     """A well-formed tokenizer uses a model, normaliser or pre-tokenizer canonmerge cannot model exactly."""
+
+
+class MissingEOSError(TokenizerError, ValueError):
+    """No end-of-sequence token is known for a tokenizer, so a guide built on it could never end; pass
+    ``eos_token_ids=`` where the tokenizer is loaded or compiled."""

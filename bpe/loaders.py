@@ -5,8 +5,11 @@ pair), a ``tokenizers.Tokenizer``, a transformers fast tokenizer, a tiktoken ran
 replaying ranks), a GGUF file's vocabulary, a SentencePiece BPE ``.model``.
 
 Only what decides tokenization is kept. Anything that changes it in a way canonmerge does not model
-(WordPiece/Unigram models, lower-casing normalisers, Metaspace pre-tokenizers, suffix/prefix conventions)
-raises ``UnsupportedTokenizerError`` naming the construct, rather than being silently ignored.
+(WordPiece/Unigram models, Strip/Precompiled normalisers, Whitespace/UnicodeScripts pre-tokenizers,
+suffix/prefix conventions) raises ``UnsupportedTokenizerError`` naming the construct, rather than being
+silently ignored. The dummy prefix (``Prepend``, Metaspace's prepend scheme, ByteLevel's add_prefix_space) is
+left out: canonical tokenizations are continuations. EOS: ``eos_token_ids=``, else the source, else the
+transformers files beside a tokenizer.json, else a list of names (see docs/tokenizer-forms.md).
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ from bpe.model import GPT2_PATTERN, SplitRule, Tokenizer, bytes_to_unicode
 
 __all__ = ["load_tokenizer", "to_runtime_tokenizer"]
 
-# Names of special tokens that end generation, used when the source does not say which one is EOS.
-_EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>")
+# Names of special tokens that end generation, used when neither the source nor the files beside it say which
+# one is EOS; the first present wins.
+_EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_end|>", "<|eom_id|>",
+              "<end_of_turn>", "<eos>", "<|end|>", "<|return|>", "<EOT>", "<|eot|>", "<|END_OF_TURN_TOKEN|>",
+              "<｜end▁of▁sentence｜>", "<|end▁of▁sentence|>", "<｜end_of_sentence｜>", "<|end_of_sentence|>",
+              "[EOS]", "<end_of_utterance>", "<|endofturn|>", "<|eos|>")
 
 # Pre-tokenizer regexes by the names llama.cpp writes into GGUF files (tokenizer.ggml.pre) and by the
 # tiktoken encoding names. Each entry is the list of Split rules applied in order.
@@ -67,6 +74,8 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
     ``pre_tokenizer`` names the pre-tokenizer (``gpt2``, ``cl100k_base``, ``llama-bpe``, …) for formats
     that do not carry it, i.e. tiktoken files whose name does not tell.
     """
+    if eos_token_ids is not None:
+        eos_token_ids = _checked_eos(eos_token_ids)
     if hasattr(source, "backend_tokenizer"):  # transformers PreTrainedTokenizerFast
         eos = eos_token_ids
         if eos is None and getattr(source, "eos_token_id", None) is not None:
@@ -83,7 +92,8 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
         if (path / "tokenizer.json").exists():
             path = path / "tokenizer.json"
         elif (path / "encoder.json").exists() and (path / "vocab.bpe").exists():
-            return _from_json_dict(_gpt2_files_to_json(path / "encoder.json", path / "vocab.bpe"), eos_token_ids)
+            return _from_json_dict(_gpt2_files_to_json(path / "encoder.json", path / "vocab.bpe"), eos_token_ids,
+                                   beside=path)
         else:
             raise TokenizerError(f"directory {str(path)!r} has no tokenizer.json (nor encoder.json + vocab.bpe)")
     name = path.name
@@ -99,10 +109,59 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
         raise TokenizerError(f"{str(path)!r} is not valid tokenizer JSON: {exc}") from exc
     if not isinstance(data, dict) or "model" not in data:
         raise TokenizerError(f"{str(path)!r} is JSON but not a tokenizer.json (no 'model' entry)")
-    return _from_json_dict(data, eos_token_ids)
+    return _from_json_dict(data, eos_token_ids, beside=path.parent)
+
+
+def _checked_eos(eos_token_ids) -> list[int]:
+    if isinstance(eos_token_ids, (int, str, bytes)) or not all(
+            isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in eos_token_ids):
+        raise TypeError(f"eos_token_ids must be a list of token ids, not {eos_token_ids!r}")
+    return [int(t) for t in eos_token_ids]
+
+
+def _eos_beside(directory: Path, strings: list[str | None]) -> tuple[int, ...] | None:
+    """EOS ids named by the files transformers keeps beside a tokenizer.json: ``generation_config.json``
+    (``eos_token_id``: what generation stops on, one id or several), ``tokenizer_config.json`` (``eos_token``: a
+    token's content), ``config.json`` (``eos_token_id``); the first that names one wins. None if none does."""
+    def read(name: str) -> dict:
+        path = directory / name
+        if not path.is_file():
+            return {}
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise TokenizerError(f"{str(path)!r} is not valid JSON: {exc}") from exc
+        return data if isinstance(data, dict) else {}
+
+    def ids(value, where: str) -> tuple[int, ...] | None:
+        if value is None:
+            return None
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            raise TokenizerError(f"{where}: eos_token_id {value!r} is not a token id or a list of them")
+        for v in values:
+            if not 0 <= v < len(strings):
+                raise TokenizerError(f"{where}: eos_token_id {v} is outside the vocabulary of {len(strings)} tokens")
+        return tuple(values)
+
+    found = ids(read("generation_config.json").get("eos_token_id"), "generation_config.json")
+    if found:
+        return found
+    content = read("tokenizer_config.json").get("eos_token")
+    if isinstance(content, dict):
+        content = content.get("content")
+    if isinstance(content, str):
+        matches = [i for i, s in enumerate(strings) if s == content]
+        if not matches:
+            raise TokenizerError(f"tokenizer_config.json: eos_token {content!r} is not a token of the tokenizer")
+        return (matches[0],)
+    return ids(read("config.json").get("eos_token_id"), "config.json")
 
 
 # --------------------------------------------------------------------------------------------- tokenizer.json
+
+
+_STRIPPED_NORMALISERS = ("Prepend",)  # the dummy prefix: left out in continuation mode (see the README)
 
 
 def _parse_normalizer(spec: dict | None) -> tuple[tuple[str, ...], ...]:
@@ -113,51 +172,135 @@ def _parse_normalizer(spec: dict | None) -> tuple[tuple[str, ...], ...]:
         return tuple(step for sub in spec["normalizers"] for step in _parse_normalizer(sub))
     if kind in ("NFC", "NFKC", "NFD", "NFKD"):
         return ((kind.lower(),),)
+    if kind == "Lowercase":
+        return (("lowercase",),)
     if kind == "Prepend":
         return (("prepend", spec["prepend"]),)
     if kind == "Replace":
         pattern = spec["pattern"]
         if "String" not in pattern:
             raise UnsupportedTokenizerError(f"Replace normaliser with a regex pattern {pattern!r} is not supported")
+        if not pattern["String"]:
+            raise UnsupportedTokenizerError("Replace normaliser with an empty pattern is not supported")
         return (("replace", pattern["String"], spec["content"]),)
-    raise UnsupportedTokenizerError(f"normaliser {kind!r} is not supported (supported: NFC/NFKC/NFD/NFKD, Prepend, Replace)")
+    raise UnsupportedTokenizerError(
+        f"normaliser {kind!r} is not supported (supported: NFC/NFKC/NFD/NFKD, Lowercase, Prepend, Replace with a "
+        "string pattern, Sequence of these)")
 
 
-def _parse_pre_tokenizer(spec: dict | None) -> tuple[tuple[SplitRule, ...], bool]:
-    """Split rules, and whether the vocabulary is byte-level."""
+# HF pre-tokenizer behaviours (JSON spells them in CamelCase) as SplitRule.behavior.
+_BEHAVIORS = {"Isolated": "isolated", "Removed": "removed", "MergedWithPrevious": "merged_with_previous",
+              "MergedWithNext": "merged_with_next", "Contiguous": "contiguous"}
+_BEHAVIORS.update({v: v for v in list(_BEHAVIORS.values())})
+# The Punctuation pre-tokenizer's predicate (Rust: is_ascii_punctuation or a Unicode P* category) as a class.
+PUNCTUATION_PATTERN = r"[\p{P}$+<=>^`|~]"
+
+
+def _behavior(spec: dict, default: str) -> str:
+    behavior = spec.get("behavior", default)
+    if behavior not in _BEHAVIORS:
+        raise UnsupportedTokenizerError(f"{spec.get('type')} pre-tokenizer behaviour {behavior!r} is not supported "
+                                        f"(supported: {', '.join(k for k in _BEHAVIORS if k[0].isupper())})")
+    return _BEHAVIORS[behavior]
+
+
+def _string_pattern(text: str, replaces: list[tuple[str, str]]) -> str | None:
+    """The regex, over the text as decoded (before normalisation), of a literal that a Split looks for in the
+    normalised text; None when no text can contain it. Exact for one-character replacements."""
+    import re
+
+    if not text:
+        raise UnsupportedTokenizerError("Split pre-tokenizer with an empty string pattern is not supported")
+    if not replaces:
+        return re.escape(text)
+    if any(len(old) != 1 or len(new) != 1 for old, new in replaces):
+        raise UnsupportedTokenizerError("a Split string pattern after a multi-character Replace normaliser is not "
+                                        "supported")
+    universe = {c for pair in replaces for c in pair} | set(text)
+
+    def image(c: str) -> str:
+        for old, new in replaces:
+            c = new if c == old else c
+        return c
+
+    parts = []
+    for ch in text:
+        sources = sorted(c for c in universe if image(c) == ch)
+        if not sources:
+            return None
+        parts.append(re.escape(sources[0]) if len(sources) == 1 else "[" + "".join(re.escape(c) for c in sources) + "]")
+    return "".join(parts)
+
+
+def _parse_pre_tokenizer(spec: dict | None, replaces: list[tuple[str, str]], first: bool = True
+                         ) -> tuple[tuple[SplitRule, ...], bool, tuple[tuple[str, ...], ...]]:
+    """Split rules, whether the vocabulary is byte-level, and normaliser-like steps the pre-tokenizer applies
+    (Metaspace's space replacement). ``replaces``: character replacements already applied to the text (grown
+    in place by Metaspace), through which string patterns are read. ``first``: nothing split the text before."""
     if spec is None:
-        return (), False
+        return (), False, ()
     kind = spec.get("type")
     if kind == "Sequence":
         rules: list[SplitRule] = []
         byte_level = False
-        for sub in spec["pretokenizers"]:
-            sub_rules, sub_bytes = _parse_pre_tokenizer(sub)
+        steps: list[tuple[str, ...]] = []
+        for k, sub in enumerate(spec["pretokenizers"]):
+            sub_rules, sub_bytes, sub_steps = _parse_pre_tokenizer(sub, replaces, first and not rules)
             rules.extend(sub_rules)
             byte_level |= sub_bytes
-        return tuple(rules), byte_level
+            steps.extend(sub_steps)
+        return tuple(rules), byte_level, tuple(steps)
     if kind == "ByteLevel":
-        if spec.get("add_prefix_space"):
-            raise UnsupportedTokenizerError("ByteLevel pre-tokenizer with add_prefix_space=true is not supported")
-        return ((SplitRule(GPT2_PATTERN),) if spec.get("use_regex", True) else ()), True
+        if spec.get("add_prefix_space") and not first:
+            raise UnsupportedTokenizerError("ByteLevel pre-tokenizer with add_prefix_space=true after a split (a "
+                                            "space before every piece) is not supported")
+        if replaces and spec.get("use_regex", True):
+            raise UnsupportedTokenizerError("ByteLevel(use_regex=true) after a Replace normaliser is not supported")
+        return ((SplitRule(GPT2_PATTERN),) if spec.get("use_regex", True) else ()), True, ()
     if kind == "Split":
         pattern = spec["pattern"]
+        behavior = _behavior(spec, "Isolated")
+        invert = bool(spec.get("invert", False))
         if "Regex" in pattern:
+            if replaces:
+                raise UnsupportedTokenizerError(f"Split regex {pattern['Regex']!r} after a Replace normaliser (or "
+                                                "Metaspace) is not supported")
             regex = pattern["Regex"]
         else:
-            import re
-
-            regex = re.escape(pattern["String"])
-        behavior = spec.get("behavior", "Isolated")
-        snake = {"Isolated": "isolated", "Removed": "removed", "MergedWithPrevious": "merged_with_previous",
-                 "MergedWithNext": "merged_with_next", "Contiguous": "contiguous"}.get(behavior)
-        if snake is None:
-            raise UnsupportedTokenizerError(f"Split behavior {behavior!r} is not supported")
-        return (SplitRule(regex, snake, bool(spec.get("invert", False))),), False
+            regex = _string_pattern(pattern["String"], replaces)
+            if regex is None:  # never matches: one span, the whole text
+                if behavior == "removed" and invert:
+                    raise UnsupportedTokenizerError(f"Split({pattern['String']!r}, Removed, invert) removes all text")
+                return (), False, ()
+        return (SplitRule(regex, behavior, invert),), False, ()
     if kind == "Digits":
-        return (SplitRule(r"\p{N}" if spec.get("individual_digits") else r"\p{N}+"),), False
+        return (SplitRule(r"\p{N}", "isolated" if spec.get("individual_digits") else "contiguous"),), False, ()
+    if kind == "Punctuation":
+        return (SplitRule(PUNCTUATION_PATTERN, _behavior(spec, "Isolated")),), False, ()
+    if kind == "WhitespaceSplit":
+        return (SplitRule(r"\s", "removed"),), False, ()
+    if kind == "CharDelimiterSplit":
+        import re
+
+        return (SplitRule(re.escape(spec["delimiter"]), "removed"),), False, ()
+    if kind == "Metaspace":
+        replacement = spec.get("replacement", "▁")
+        if len(replacement) != 1:
+            raise UnsupportedTokenizerError(f"Metaspace replacement {replacement!r} is not one character")
+        scheme = spec.get("prepend_scheme", "always" if spec.get("add_prefix_space", True) else "never")
+        if scheme not in ("always", "first", "never"):
+            raise UnsupportedTokenizerError(f"Metaspace prepend_scheme {scheme!r} is not supported")
+        if scheme == "always" and not first:
+            raise UnsupportedTokenizerError("Metaspace prepend_scheme='always' after a split (a prefix before every "
+                                            "piece) is not supported")
+        # The prefix is the dummy prefix, left out in continuation mode like a Prepend normaliser.
+        replaces.append((" ", replacement))
+        split_on = _string_pattern(replacement, replaces)
+        rules = (SplitRule(split_on, "merged_with_next"),) if spec.get("split", True) and split_on else ()
+        return rules, False, (("replace", " ", replacement),)
     raise UnsupportedTokenizerError(
-        f"pre-tokenizer {kind!r} is not supported (supported: ByteLevel, Split, Digits, Sequence of these)"
+        f"pre-tokenizer {kind!r} is not supported (supported: ByteLevel, Split, Digits, Punctuation, Metaspace, "
+        "WhitespaceSplit, CharDelimiterSplit, Sequence of these)"
     )
 
 
@@ -182,6 +325,19 @@ def _token_bytes_of(strings: list[str | None], byte_level: bool, byte_fallback: 
                 s = s.replace(new, old)
             out.append(s.encode("utf-8"))
     return out
+
+
+def _added_token_bytes(content: str, byte_level: bool, normalizer: tuple[tuple[str, ...], ...]) -> bytes:
+    """What the runtime's decoder makes of an added token's content."""
+    if byte_level:
+        decoder = {c: b for b, c in bytes_to_unicode().items()}
+        if all(c in decoder for c in content):
+            return bytes(decoder[c] for c in content)
+        return content.encode("utf-8")
+    for step in normalizer:
+        if step[0] == "replace":
+            content = content.replace(step[2], step[1])
+    return content.encode("utf-8")
 
 
 def _merge_table(merges: list, vocab: dict[str, int], where: str) -> np.ndarray:
@@ -209,7 +365,7 @@ def _guess_eos(strings: list[str | None], special: set[int]) -> tuple[int, ...]:
     return ()
 
 
-def _from_json_dict(data: dict, eos_token_ids: list[int] | None) -> Tokenizer:
+def _from_json_dict(data: dict, eos_token_ids: list[int] | None, beside: Path | None = None) -> Tokenizer:
     model = data.get("model") or {}
     kind = model.get("type")
     if kind is None and "merges" in model:
@@ -228,18 +384,37 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None) -> Tokenizer:
     for s, i in vocab.items():
         strings[i] = s
     special = {a["id"] for a in added if a.get("special")}
-    added_plain = {a["id"] for a in added if not a.get("special") and a["id"] not in vocab.values()}
+    in_vocab = set(vocab.values())
+    plain = {a["id"] for a in added if not a.get("special")}
     for a in added:
         strings[a["id"]] = a["content"]
     normalizer = _parse_normalizer(data.get("normalizer"))
-    rules, byte_level = _parse_pre_tokenizer(data.get("pre_tokenizer"))
+    replaces = [(step[1], step[2]) for step in normalizer if step[0] == "replace"]
+    rules, byte_level, pre_steps = _parse_pre_tokenizer(data.get("pre_tokenizer"), replaces)
+    normalizer += pre_steps
     decoder = data.get("decoder") or {}
-    byte_level |= decoder.get("type") == "ByteLevel"
+    byte_level |= decoder.get("type") == "ByteLevel" or (
+        decoder.get("type") == "Sequence" and any(d.get("type") == "ByteLevel" for d in decoder.get("decoders", [])))
     byte_fallback = bool(model.get("byte_fallback"))
-    token_bytes = _token_bytes_of(strings, byte_level, byte_fallback, normalizer, special)
-    for i in added_plain:  # added tokens are matched as literal text, not through the byte alphabet
-        token_bytes[i] = strings[i].encode("utf-8")
-    eos = tuple(eos_token_ids) if eos_token_ids is not None else _guess_eos(strings, special)
+    token_bytes = _token_bytes_of(strings, byte_level, byte_fallback, normalizer, special | (plain - in_vocab))
+    added_plain: set[int] = set()
+    for i in sorted(plain):
+        # Non-special added tokens are found in the text by their content, before normalisation and BPE; the
+        # runtime decodes them like any token (through the byte alphabet when every character is in it, else as
+        # their UTF-8). One that decodes to its content is matched wherever the text holds it: an added token (the
+        # automaton allows it between independently tokenized segments). One that does not never matches decoded
+        # text: a vocabulary token keeps its BPE role (Gemma's "▁▁"), any other is never allowed, like a special
+        # token.
+        raw = _added_token_bytes(strings[i], byte_level, normalizer)
+        if raw.decode("utf-8", errors="replace") == strings[i]:
+            token_bytes[i] = raw
+            added_plain.add(i)
+        elif i not in in_vocab:
+            special.add(i)
+    if eos_token_ids is not None:
+        eos = tuple(eos_token_ids)
+    else:
+        eos = (_eos_beside(beside, strings) if beside is not None else None) or _guess_eos(strings, special)
     return Tokenizer(
         token_bytes=token_bytes,
         merge_table=_merge_table(model.get("merges", []), vocab, "tokenizer.json"),
@@ -487,9 +662,12 @@ def to_runtime_tokenizer(model: Tokenizer):
     for step in model.normalizer:
         if step[0] == "replace":
             normalizers.append({"type": "Replace", "pattern": {"String": step[1]}, "content": step[2]})
+        elif step[0] == "lowercase":
+            normalizers.append({"type": "Lowercase"})
         elif step[0] != "prepend":
             normalizers.append({"type": step[0].upper()})
-    pre = [{"type": "Split", "pattern": {"Regex": r.pattern}, "behavior": "Isolated", "invert": r.invert}
+    camel = {v: k for k, v in _BEHAVIORS.items() if k[0].isupper()}
+    pre = [{"type": "Split", "pattern": {"Regex": r.pattern}, "behavior": camel[r.behavior], "invert": r.invert}
            for r in model.pre_tokenizer]
     if model.byte_level:
         pre.append({"type": "ByteLevel", "add_prefix_space": False, "use_regex": False, "trim_offsets": False})

@@ -117,7 +117,7 @@ class Tokenizer:
 
     def summary(self) -> str:
         """A few human-readable lines describing the tokenizer."""
-        pre = "; ".join(f"{r.behavior} split on {r.pattern!r}" for r in self.pre_tokenizer) or "none"
+        pre = "; ".join(f"{r.behavior}{' inverted' if r.invert else ''} split on {r.pattern!r}" for r in self.pre_tokenizer) or "none"
         norm = ", ".join("/".join(step) for step in self.normalizer) or "none"
         return "\n".join(
             [

@@ -6,10 +6,13 @@ then runs BPE inside each piece; merges never cross a piece boundary. Write ``#`
 *symbols* plus ``#`` — so "is this boundary here?" becomes "is ``#`` allowed here?", answerable before the
 characters that decide it have been read (the DFA simply keeps both possibilities alive).
 
-Semantics modelled (HF ``tokenizers`` ``Split``, behaviour ``isolated``; ``ByteLevel(use_regex=True)`` is
-the GPT-2 pattern with it): scanning left to right, the piece at a position is the match of the *first*
-top-level alternative that matches there, at that alternative's *longest* valid length; characters where no
-alternative matches form gap pieces. Several rules (SmolLM2: digits, then GPT-2) apply in sequence, each
+Semantics modelled (HF ``tokenizers`` ``Split``; ``ByteLevel(use_regex=True)`` is the GPT-2 pattern with
+``isolated``): scanning left to right, the span at a position is the match of the *first* top-level alternative
+that matches there, at that alternative's *longest* valid length; characters where no alternative matches form
+gap spans. The behaviour then joins spans into pieces (``merged_with_previous``/``_next``, ``contiguous``: a
+span boundary that is no piece boundary is an unmarked step of the construction) or drops them (``removed``:
+text holding a dropped span never decodes back from the runtime's tokens, so it is not in the language);
+``invert`` swaps which spans count as matches. Several rules (SmolLM2: digits, then GPT-2) apply in sequence, each
 inside the pieces of the previous one, seeing a piece's end as the end of the text.
 
 Assumptions, checked against the runtime in the tests: each alternative's backtracking match is its longest
@@ -18,8 +21,10 @@ a one-character class at the end of an alternative (``\\s+(?!\\S)``); no alterna
 string. Patterns outside this get ``UnsupportedTokenizerError``.
 
 Characters are reduced to *symbols*: each ASCII character is its own symbol; other characters fall into
-letter / number / whitespace / other (Unicode categories L*, N*, the White_Space property), plus the two
-non-ASCII letters that case-insensitive matching folds onto ASCII (``ſ`` -> s, ``K`` (Kelvin) -> k).
+letters by case class (Lu, Ll, Lt, Lm, Lo), marks, numbers, punctuation, whitespace (the White_Space property)
+and the rest, plus the two non-ASCII letters that case-insensitive matching folds onto ASCII (``ſ`` -> s,
+``K`` (Kelvin) -> k), plus one symbol per non-ASCII character a pattern names literally
+(``Segmentation.symbols`` maps code points to symbols for one rule set).
 The construction is a subset construction over *threads*, each one hypothesis about the current piece plus
 the obligations earlier pieces left behind ("alternative j must not produce a longer match here").
 """
@@ -28,7 +33,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
@@ -40,19 +45,50 @@ from bpe.model import SplitRule
 
 __all__ = ["Segmentation", "build_segmentation", "symbol_table"]
 
-# Symbols: 0..127 ASCII, then the non-ASCII categories.
-LETTER, NUMBER, SPACE, OTHER, LONG_S, KELVIN = range(128, 134)
-NUM_SYMBOLS = 134
+# Symbols: 0..127 ASCII, then the non-ASCII categories the patterns in use distinguish (letters by case class,
+# marks, numbers, White_Space, punctuation, the rest), then slots for non-ASCII characters a pattern names
+# literally (Metaspace's "▁", a full-width bracket...), assigned per segmentation.
+LETTER, NUMBER, SPACE, OTHER, LONG_S, KELVIN, PUNCT, UPPER, LOWER, TITLE, MODIFIER, MARK = range(128, 140)
+_FIRST_SLOT = 140
+LITERAL_SLOTS = 8
+NUM_SYMBOLS = _FIRST_SLOT + LITERAL_SLOTS
 _PLACEHOLDER = {LETTER: "\ue000", NUMBER: "\ue001", SPACE: "\ue002", OTHER: "\ue003", LONG_S: "\u017f",
-                KELVIN: "\u212a"}
+                KELVIN: "\u212a", PUNCT: "\ue004", UPPER: "\ue005", LOWER: "\ue006", TITLE: "\ue007",
+                MODIFIER: "\ue008", MARK: "\ue009"}
+_PLACEHOLDER.update({_FIRST_SLOT + k: chr(0xE010 + k) for k in range(LITERAL_SLOTS)})
+# The Unicode category each non-ASCII symbol stands for ("Zs" for the White_Space symbol, "Cn" for the rest).
+_SYMBOL_CATEGORY = {LETTER: "Lo", NUMBER: "N", SPACE: "Zs", OTHER: "Cn", LONG_S: "Ll", KELVIN: "Lu", PUNCT: "P",
+                    UPPER: "Lu", LOWER: "Ll", TITLE: "Lt", MODIFIER: "Lm", MARK: "M"}
+_LETTER_SYMBOL = {"Lo": LETTER, "Lu": UPPER, "Ll": LOWER, "Lt": TITLE, "Lm": MODIFIER}
 # Unicode White_Space outside ASCII (what Oniguruma's \s matches; Python's str.isspace differs on \x1c-\x1f).
 _NON_ASCII_SPACE = [0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
 _ASCII_SPACE = "\t\n\x0b\x0c\r "
-_CLASS_TEXT = {  # what each escape means inside [...] over the symbol alphabet
-    r"\p{L}": "A-Za-z\ue000\u017f\u212a",
-    r"\p{N}": "0-9\ue001",
-    r"\s": _ASCII_SPACE + "\ue002",
+# The classes a pattern may use, as tests on (character, its category, whether it is White_Space).
+_CLASSES = {
+    r"\p{L}": lambda cat, space: cat[0] == "L",
+    r"\p{Lu}": lambda cat, space: cat == "Lu",
+    r"\p{Ll}": lambda cat, space: cat == "Ll",
+    r"\p{Lt}": lambda cat, space: cat == "Lt",
+    r"\p{Lm}": lambda cat, space: cat == "Lm",
+    r"\p{Lo}": lambda cat, space: cat == "Lo",
+    r"\p{M}": lambda cat, space: cat[0] == "M",
+    r"\p{N}": lambda cat, space: cat[0] == "N",
+    r"\p{P}": lambda cat, space: cat[0] == "P",
+    r"\s": lambda cat, space: space,
 }
+
+
+def _class_members(test, extra: dict[str, int]) -> str:
+    """The text inside [...] of a class over the symbol alphabet: ASCII members, symbol placeholders, slots."""
+    members = [chr(c) for c in range(128)
+               if test(unicodedata.category(chr(c)), chr(c) in _ASCII_SPACE)]
+    members += [_PLACEHOLDER[s] for s, cat in _SYMBOL_CATEGORY.items() if test(cat if cat != "Zs" else "Zs", s == SPACE)]
+    members += [_PLACEHOLDER[slot] for char, slot in extra.items()
+                if test(unicodedata.category(char), ord(char) in _NON_ASCII_SPACE)]
+    return "".join("\\" + c if c in "\\]^-[" else c for c in members)
+
+
+_CLASS_TEXT = {key: _class_members(test, {}) for key, test in _CLASSES.items()}
 
 
 @lru_cache(maxsize=1)
@@ -63,11 +99,50 @@ def symbol_table() -> np.ndarray:
     for cp in range(128, 0x110000):
         cat = unicodedata.category(chr(cp))
         if cat[0] == "L":
-            table[cp] = LETTER
+            table[cp] = _LETTER_SYMBOL.get(cat, LETTER)
         elif cat[0] == "N":
             table[cp] = NUMBER
+        elif cat[0] == "P":
+            table[cp] = PUNCT
+        elif cat[0] == "M":
+            table[cp] = MARK
     table[_NON_ASCII_SPACE] = SPACE
     table[0x17F], table[0x212A] = LONG_S, KELVIN
+    return table
+
+
+def _literal_class_text(slots: dict[str, int]) -> dict[str, str]:
+    """_CLASS_TEXT with each literal slot added to the classes its character belongs to."""
+    if not slots:
+        return _CLASS_TEXT
+    return {key: _class_members(test, slots) for key, test in _CLASSES.items()}
+
+
+def _literal_slots(rules: tuple[SplitRule, ...]) -> dict[str, int]:
+    """Non-ASCII characters the patterns name literally (outside escapes), each given a symbol of its own."""
+    chars: list[str] = []
+    for rule in rules:
+        i = 0
+        while i < len(rule.pattern):
+            c = rule.pattern[i]
+            if c == "\\":
+                i += 2
+                continue
+            if ord(c) >= 128 and c not in "\u017f\u212a" and c not in chars:
+                chars.append(c)
+            i += 1
+    if len(chars) > LITERAL_SLOTS:
+        raise UnsupportedTokenizerError(f"pre-tokenizer patterns name {len(chars)} distinct non-ASCII characters "
+                                        f"(at most {LITERAL_SLOTS})")
+    return {c: _FIRST_SLOT + k for k, c in enumerate(chars)}
+
+
+def _segmentation_symbols(slots: dict[str, int]) -> np.ndarray:
+    if not slots:
+        return symbol_table()
+    table = symbol_table().copy()
+    for char, slot in slots.items():
+        table[ord(char)] = slot
     return table
 
 
@@ -82,6 +157,7 @@ class Segmentation:
 
     transitions: np.ndarray
     final: np.ndarray
+    symbols: np.ndarray = field(default_factory=lambda: symbol_table())  # uint8[0x110000]: symbol of each code point
 
     HASH = NUM_SYMBOLS
 
@@ -92,7 +168,7 @@ class Segmentation:
     def marks(self, text: str) -> list[str] | None:
         """Pieces of ``text`` as this automaton draws them (for tests): one pass over the text, keeping every
         boundary choice still alive (the correct marking is the one that reaches a final state)."""
-        symbols = symbol_table()[[ord(c) for c in text]].tolist()
+        symbols = self.symbols[[ord(c) for c in text]].tolist()
         # Dynamic programming over positions: reachable (state, boundary positions) — the marking is unique.
         frontier = {0: []}
         for i, sym in enumerate(symbols):
@@ -154,8 +230,11 @@ def _top_level_split(pattern: str) -> list[str]:
     return parts
 
 
-def _to_symbol_regex(pattern: str) -> str:
-    """Rewrite Unicode classes as classes over the symbol placeholders (interegular knows no \\p{..})."""
+def _to_symbol_regex(pattern: str, slots: dict[str, int] | None = None) -> str:
+    """Rewrite Unicode classes as classes over the symbol placeholders (interegular knows no \\p{..}), and
+    literal non-ASCII characters as their slots' placeholders."""
+    slots = slots or {}
+    classes = _literal_class_text(slots)
     out, i, in_class = [], 0, False
     while i < len(pattern):
         c = pattern[i]
@@ -165,7 +244,7 @@ def _to_symbol_regex(pattern: str) -> str:
                 close = pattern.index("}", i)
                 esc = pattern[i : close + 1]
                 key = r"\p" + esc[2:]
-                if key not in _CLASS_TEXT:
+                if key not in classes:
                     raise UnsupportedTokenizerError(f"pre-tokenizer class {esc} is not supported")
                 negate = esc[1] == "P"
             elif esc in (r"\s", r"\S"):
@@ -179,9 +258,9 @@ def _to_symbol_regex(pattern: str) -> str:
             if in_class:
                 if negate:
                     raise UnsupportedTokenizerError(f"negated class {esc} inside [...] is not supported")
-                out.append(_CLASS_TEXT[key])
+                out.append(classes[key])
             else:
-                out.append(("[^" if negate else "[") + _CLASS_TEXT[key] + "]")
+                out.append(("[^" if negate else "[") + classes[key] + "]")
             i += len(esc)
             continue
         if in_class and c == "]":
@@ -195,7 +274,7 @@ def _to_symbol_regex(pattern: str) -> str:
                     out.append(prefix)
                     i += 1
             continue
-        out.append(c)
+        out.append(_PLACEHOLDER[slots[c]] if c in slots else c)
         i += 1
     return "".join(out)
 
@@ -222,13 +301,13 @@ def _fold_extras(text: str) -> str:
     return "".join(out) + text[i:]
 
 
-def _alternative(text: str, pattern: str) -> _Alternative:
+def _alternative(text: str, pattern: str, slots: dict[str, int]) -> _Alternative:
     lookahead = None
     text = _fold_extras(text)
     m = _LOOKAHEAD.match(text)
     if m:
         text, kind, cls = m.group(1), m.group(2), m.group(3)
-        one = from_regex(_to_symbol_regex(cls), _SYMBOL_ALPHABET, minimise=False)
+        one = from_regex(_to_symbol_regex(cls, slots), _SYMBOL_ALPHABET, minimise=False)
         in_class = np.array([one.accepts([s]) for s in range(NUM_SYMBOLS)])
         ends_ok = ~in_class if kind == "!" else in_class
         lookahead = np.append(ends_ok, kind == "!")  # end of text: (?!X) holds, (?=X) fails
@@ -236,7 +315,7 @@ def _alternative(text: str, pattern: str) -> _Alternative:
         raise UnsupportedTokenizerError(f"pre-tokenizer {pattern!r}: lookaround other than a final one-character "
                                         "lookahead is not supported")
     try:
-        dfa = from_regex(_to_symbol_regex(text), _SYMBOL_ALPHABET)
+        dfa = from_regex(_to_symbol_regex(text, slots), _SYMBOL_ALPHABET)
     except CanonmergeError as exc:
         raise UnsupportedTokenizerError(f"pre-tokenizer {pattern!r}: alternative {text!r}: {exc}") from None
     if dfa.accepting[dfa.start]:
@@ -248,12 +327,14 @@ def _alternative(text: str, pattern: str) -> _Alternative:
     return _Alternative(body, np.append(dfa.accepting, False), lookahead, dead)
 
 
-def _rule_alternatives(rule: SplitRule) -> list[_Alternative]:
-    if rule.behavior != "isolated" or rule.invert:
-        raise UnsupportedTokenizerError(
-            f"pre-tokenizer split behaviour {rule.behavior!r}{' inverted' if rule.invert else ''} is not supported "
-            "(supported: isolated)")
-    return [_alternative(alt, rule.pattern) for alt in _top_level_split(rule.pattern)]
+BEHAVIORS = ("isolated", "removed", "merged_with_previous", "merged_with_next", "contiguous")
+
+
+def _rule_alternatives(rule: SplitRule, slots: dict[str, int]) -> list[_Alternative]:
+    if rule.behavior not in BEHAVIORS:
+        raise UnsupportedTokenizerError(f"pre-tokenizer split behaviour {rule.behavior!r} is not supported "
+                                        f"(supported: {', '.join(BEHAVIORS)})")
+    return [_alternative(alt, rule.pattern, slots) for alt in _top_level_split(rule.pattern)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -274,11 +355,35 @@ _INF = 1 << 30
 
 
 class _Rule:
-    def __init__(self, alternatives: list[_Alternative]):
+    def __init__(self, alternatives: list[_Alternative], behavior: str = "isolated", invert: bool = False):
         self.alts = alternatives
         self.n = len(alternatives)
         self.starts = tuple(0 for _ in alternatives)
         self.dead = tuple(a.dead for a in alternatives)
+        self.behavior = behavior
+        self.invert = invert
+
+    # Behaviour (HF ``NormalizedString::split``): the regex cuts the text into spans, matches ("m") and the gaps
+    # between them ("g"); a span is *flagged* when it is a match, or a gap under ``invert``. The behaviour
+    # decides which span boundaries are piece boundaries and which spans are dropped.
+    def flagged(self, hypothesis: str) -> bool:
+        return (hypothesis == "m") != self.invert
+
+    def kept(self, hypothesis: str) -> bool:
+        """Spans of this kind stay in the text. ``removed`` drops flagged spans, so text holding one never comes
+        back from decoding what the runtime encodes: such text is not allowed at all."""
+        return not (self.behavior == "removed" and self.flagged(hypothesis))
+
+    def boundary(self, before: str, after: str) -> bool:
+        """The boundary between a span of kind ``before`` and one of kind ``after`` is a piece boundary."""
+        a, b = self.flagged(before), self.flagged(after)
+        if self.behavior == "contiguous":
+            return a != b
+        if self.behavior == "merged_with_previous":
+            return not (b and not a)
+        if self.behavior == "merged_with_next":
+            return not (a and not b)
+        return True  # isolated, removed
 
     def valid_end(self, j: int, next_symbol: int) -> bool:
         """A body match of alternative j ending before ``next_symbol`` (NUM_SYMBOLS: end of text) is valid."""
@@ -341,7 +446,7 @@ class _Rule:
         if obligations is None:
             return None
         if hypothesis == "g":
-            return ("g", None, obligations)
+            return ("g", True, obligations)  # current: None while the gap is empty, True once it is not
         states, best, accepted_now = current
         for j in accepted_now or ():
             if self.valid_end(j, symbol):
@@ -358,7 +463,7 @@ class _Rule:
         """Read ``#``: close the current piece, open the next (as a match, or as a gap after a match)."""
         hypothesis, current, obligations = thread
         if hypothesis == "g":
-            return [self.start_thread("m", obligations)]  # a gap ends where a match starts
+            return [self.start_thread("m", obligations)] if current else []  # a gap ends where a match starts
         states, best, accepted_now = current
         if not accepted_now:
             return []
@@ -376,7 +481,7 @@ class _Rule:
         if self._advance_obligations(obligations, NUM_SYMBOLS) is None:
             return False
         if hypothesis == "g":
-            return True
+            return bool(current)
         states, best, accepted_now = current
         return any(j <= best and self.valid_end(j, NUM_SYMBOLS) for j in accepted_now or ())
 
@@ -386,16 +491,39 @@ def build_segmentation(rules: tuple[SplitRule, ...], *, max_states: int = 20_000
         transitions = np.zeros((1, NUM_SYMBOLS + 1), dtype=np.int32)
         transitions[0, NUM_SYMBOLS] = -1
         return Segmentation(transitions, np.array([True]))
-    machines = [_Rule(_rule_alternatives(rule)) for rule in rules]
+    slots = _literal_slots(rules)
+    machines = [_Rule(_rule_alternatives(rule, slots), rule.behavior, rule.invert) for rule in rules]
     symbols = _symbol_classes(machines)
 
     # A combined thread holds, per rule, (thread, grown): rule r+1's piece lives inside rule r's, and a piece
-    # must be nonempty ("grown") before '#' may close it or the text may end.
+    # must be nonempty ("grown") before '#' may close it or the text may end. A rule's thread follows one span;
+    # a span boundary that is no piece boundary (merged or contiguous behaviours) is an unmarked step from the
+    # span's thread to the next span's, inside the same piece (``closure``).
     def fresh(r: int) -> list[tuple]:
         """All fresh combined threads for rules r.. (inner rules restart at an outer rule's boundary)."""
         if r == len(machines):
             return [()]
-        return [((machines[r].start_thread(h, frozenset()), False),) + rest for h in "mg" for rest in fresh(r + 1)]
+        return [((machines[r].start_thread(h, frozenset()), False),) + rest
+                for h in "mg" if machines[r].kept(h) for rest in fresh(r + 1)]
+
+    def span_ends(r: int, t: tuple, marked: bool) -> list[tuple]:
+        """Threads of the span after the current one of rule r, where the boundary is (not) a piece boundary."""
+        m = machines[r]
+        return [t2 for t2 in m.end_piece(t) if m.kept(t2[0]) and m.boundary(t[0], t2[0]) == marked]
+
+    def closure(threads: set) -> frozenset:
+        todo = list(threads)
+        while todo:
+            c = todo.pop()
+            for r, (t, grown) in enumerate(c):
+                if machines[r].behavior in ("isolated", "removed"):
+                    continue
+                for t2 in span_ends(r, t, False):
+                    c2 = c[:r] + ((t2, grown),) + c[r + 1 :]
+                    if c2 not in threads:
+                        threads.add(c2)
+                        todo.append(c2)
+        return frozenset(threads)
 
     def ends_here(c: tuple, first_rule: int) -> bool:
         """Rules first_rule.. may all see the end of their text (piece) here."""
@@ -416,7 +544,7 @@ def build_segmentation(rules: tuple[SplitRule, ...], *, max_states: int = 20_000
                 stepped = [machines[r].step(t, rep) for r, (t, _) in enumerate(c)]
                 if all(t is not None for t in stepped):
                     nxt.add(tuple((t, True) for t in stepped))
-            target = _intern(frozenset(nxt), index, queue, max_states)
+            target = _intern(closure(nxt), index, queue, max_states)
             for s in members:
                 row[s] = target
         nxt = set()
@@ -426,12 +554,13 @@ def build_segmentation(rules: tuple[SplitRule, ...], *, max_states: int = 20_000
                 t, grown = c[r]
                 if not grown or not ends_here(c, r + 1):
                     continue
-                for t2 in machines[r].end_piece(t):
+                for t2 in span_ends(r, t, True):
                     for rest in fresh(r + 1):
                         nxt.add(c[:r] + ((t2, False),) + rest)
         row[NUM_SYMBOLS] = _intern(frozenset(nxt), index, queue, max_states)
         rows.append(row)
-    return _minimised(np.array(rows, dtype=np.int32), np.array(final, dtype=bool))
+    segmentation = _minimised(np.array(rows, dtype=np.int32), np.array(final, dtype=bool))
+    return Segmentation(segmentation.transitions, segmentation.final, _segmentation_symbols(slots))
 
 
 def _intern(state: frozenset, index: dict, queue: list, max_states: int) -> int:

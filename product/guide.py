@@ -97,19 +97,45 @@ def vocabulary_trie(canonical: CanonicalAutomaton) -> VocabularyTrie:
 
 def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                   max_states: int = 100_000, max_transitions: int = 50_000_000,
-                  cache_size: int = 4096, name: str | None = None) -> "Guide":
+                  cache_size: int = 4096, eos_token_ids: list[int] | None = None,
+                  name: str | None = None) -> "Guide":
     """The guide of the strings ``re.fullmatch(pattern, ·)`` accepts, tokenized canonically for ``canonical``'s
-    tokenizer (or in any way, with ``canonical_only=False``).
+    tokenizer (or in any way, with ``canonical_only=False``), ended by ``eos_token_ids`` (default: the
+    tokenizer's EOS).
 
     Errors: ``RegexError`` (syntax interegular cannot parse or does not support), ``EmptyLanguageError`` (no
     string matches, or none has a tokenization over this vocabulary), ``StateLimitError`` (the regex DFA or the
-    product exceeds ``max_states`` nodes, or the token transitions exceed ``max_transitions`` entries).
-    ``name`` (default: the pattern) names the guide in its errors.
+    product exceeds ``max_states`` nodes, or the token transitions exceed ``max_transitions`` entries),
+    ``bpe.MissingEOSError`` (no EOS known: pass ``eos_token_ids=``). ``name`` (default: the pattern) names the
+    guide in its errors.
     """
+    _guide_eos(canonical, eos_token_ids)  # before the expensive part
     dfa = from_regex(pattern, max_states=max_states)
     transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
     return Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states,
-                 cache_size=cache_size, name=pattern if name is None else name)
+                 cache_size=cache_size, name=pattern if name is None else name, eos_token_ids=eos_token_ids)
+
+
+def _guide_eos(canonical: CanonicalAutomaton, eos_token_ids) -> tuple[int, ...]:
+    """The EOS ids a guide ends with: ``eos_token_ids`` if given, else the tokenizer's; none is an error (a guide
+    without EOS could never end: its masks would be empty where the constraint is satisfied)."""
+    from bpe.errors import MissingEOSError
+
+    if eos_token_ids is None:
+        eos = tuple(int(t) for t in canonical.eos_token_ids)
+    else:
+        if isinstance(eos_token_ids, (int, str, bytes)) or not all(
+                isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in eos_token_ids):
+            raise TypeError(f"eos_token_ids must be a list of token ids, not {eos_token_ids!r}")
+        eos = tuple(int(t) for t in eos_token_ids)
+        bad = [t for t in eos if not 0 <= t < canonical.vocab_size]
+        if bad:
+            raise InvalidTokenError(f"eos_token_ids {bad} are outside the vocabulary of {canonical.vocab_size} tokens")
+    if not eos:
+        raise MissingEOSError("no EOS token is known for this tokenizer, so the guide could never end: pass "
+                              "eos_token_ids=[...] (to compile_regex, or where the tokenizer is loaded or compiled: "
+                              "load_tokenizer / compile_tokenizer)")
+    return eos
 
 
 class Guide:
@@ -121,7 +147,8 @@ class Guide:
     """
 
     def __init__(self, transitions: TokenTransitions, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
-                 max_states: int = 100_000, cache_size: int = 4096, name: str = ""):
+                 max_states: int = 100_000, cache_size: int = 4096, name: str = "",
+                 eos_token_ids: list[int] | None = None):
         if cache_size < 1:
             raise ValueError(f"cache_size must be at least 1, not {cache_size}")
         self.name = name
@@ -132,7 +159,7 @@ class Guide:
         self._transitions = transitions
         self.vocab_size = canonical.vocab_size
         self.num_words = (self.vocab_size + 31) // 32
-        self.eos_token_ids = tuple(int(t) for t in canonical.eos_token_ids)
+        self.eos_token_ids = _guide_eos(canonical, eos_token_ids)
         self._M = self._automaton.num_merge_classes
         self._explore(max_states)
         self._rows: list[tuple] = [()] * self.num_nodes

@@ -26,14 +26,14 @@ __all__ = ["compile_schema", "format_instance", "schema_regex", "SchemaError", "
 
 def compile_schema(schema, canonical, *, style: str = "json", strict: bool = False, max_recursion: int = 3,
                    any_depth: int = 2, canonical_only: bool = True, max_states: int = 100_000,
-                   max_transitions: int = 50_000_000, cache_size: int = 4096):
+                   max_transitions: int = 50_000_000, cache_size: int = 4096, eos_token_ids: list[int] | None = None):
     """The guide of the texts of ``schema``'s instances in the layout of ``style`` (``"json"`` or ``"yaml"``),
     tokenized canonically for ``canonical``'s tokenizer (a ``bpe.compile_tokenizer`` automaton).
 
     ``schema``: a dict, a JSON string, or a class with ``model_json_schema()`` (pydantic). ``strict``: an object
     without ``additionalProperties`` admits no other keys (the standard admits any). ``max_recursion``: how many
     times a recursive ``$ref`` is unrolled. ``any_depth``: how deep values of ``true`` schemas nest. The other
-    options are ``product.compile_regex``'s.
+    options (``eos_token_ids`` among them) are ``product.compile_regex``'s.
 
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
@@ -43,4 +43,5 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     regex = schema_regex(schema, style, strict=strict, max_recursion=max_recursion, any_depth=any_depth)
     name = schema.get("title", "schema") if isinstance(schema, dict) else "schema"
     return compile_regex(regex, canonical, canonical_only=canonical_only, max_states=max_states,
-                         max_transitions=max_transitions, cache_size=cache_size, name=f"{name} ({style})")
+                         max_transitions=max_transitions, cache_size=cache_size, eos_token_ids=eos_token_ids,
+                         name=f"{name} ({style})")

@@ -1,0 +1,431 @@
+"""Every published form of a BPE tokenizer: pre-tokenizers, normalisers, added tokens, EOS, the 200k+ vocabularies.
+
+The oracle is always the HF ``tokenizers`` runtime built from the same tokenizer.json: variants are real
+tokenizers (GPT-2, Mistral) whose JSON is rewritten into another form (a Split with another behaviour, Metaspace
+instead of a Replace normaliser, plain-text added tokens...), and the runtime built from the rewritten JSON
+decides what is canonical. Continuation mode as everywhere (no dummy prefix, no added BOS).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import shutil
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from tokenizers import Regex
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers
+
+from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
+from bpe.assets import TEXT_SAMPLES, asset_path, reference_runtime, tokenizer_source
+from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json
+from bpe.model import GPT2_PATTERN
+from bpe.pretokenizer import build_segmentation
+
+_O200K_PATTERN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_BEHAVIORS = ("isolated", "removed", "merged_with_previous", "merged_with_next", "contiguous")
+_TRICKY = ["a", "B", "s", "'", "'S", "'ll", " ", "  ", "\n", "\r\n", "\t", "1", "23", "!", "$", "/", "é", "É", "中",
+           "\u00a0", "\u2000", "ſ", "\u212a", "ǅ", "ʰ", "\u0301", "\u0903", "¹", "_", "😀", "▁", "，", "«", "…", "\x1c"]
+_text = st.lists(st.one_of(st.sampled_from(_TRICKY), st.characters(codec="utf-8", exclude_categories=("Cs",))),
+                 max_size=16).map("".join)
+
+
+def _real_texts(limit: int = 3000) -> list[str]:
+    texts = [asset_path(name).read_text(encoding="utf-8")[:limit] for name in TEXT_SAMPLES]
+    texts += asset_path("gguf/ggml-vocab-llama-bpe.gguf.inp").read_text(encoding="utf-8").split(
+        "\n__ggml_vocab_test__\n")
+    return texts
+
+
+def _runtime_pieces(pre, text: str) -> list[str] | None:
+    """The runtime's pieces, or None when it removes part of the text (no tokenization gives the text back)."""
+    pieces = [p for p, _ in pre.pre_tokenize_str(text)]
+    return pieces if "".join(pieces) == text else None
+
+
+# -- pre-tokenizer boundaries, every behaviour ----------------------------------------------------------------
+
+_SEGMENTATIONS: dict = {}
+
+
+def _segmentation(rules):
+    if rules not in _SEGMENTATIONS:
+        _SEGMENTATIONS[rules] = build_segmentation(rules)
+    return _SEGMENTATIONS[rules]
+
+
+@pytest.mark.parametrize("pattern", [_O200K_PATTERN, GPT2_PATTERN, " ", r"\p{N}", PUNCTUATION_PATTERN, "▁"],
+                         ids=["o200k", "gpt2", "space", "digit", "punct", "metaspace"])
+@pytest.mark.parametrize("behavior", _BEHAVIORS)
+@pytest.mark.parametrize("invert", [False, True])
+def test_split_boundaries_equal_the_runtime_for_every_behaviour(pattern, behavior, invert):
+    """The marked-text DFA draws the runtime's pieces, and refuses exactly the texts the runtime removes part of."""
+    segmentation = _segmentation((SplitRule(pattern, behavior, invert),))
+    pre = pre_tokenizers.Split(Regex(pattern), behavior, invert=invert)
+    rng = random.Random(hash((pattern, behavior, invert)) & 0xFFFF)
+    texts = ["".join(rng.choice(_TRICKY) for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    texts += [t[:400] for t in _real_texts()[:12]]
+    for text in texts:
+        assert segmentation.marks(text) == _runtime_pieces(pre, text), (repr(text), behavior, invert)
+
+
+_SEQUENCES = {
+    "o200k_removed_invert": ((SplitRule(_O200K_PATTERN, "removed", True),),
+                             [pre_tokenizers.Split(Regex(_O200K_PATTERN), "removed", invert=True)]),
+    "digits_punct_gpt2": ((SplitRule(r"\p{N}", "isolated"), SplitRule(PUNCTUATION_PATTERN, "contiguous"),
+                           SplitRule(GPT2_PATTERN)),
+                          [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.Punctuation("contiguous"),
+                           pre_tokenizers.Split(Regex(GPT2_PATTERN), "isolated")]),
+    "space_prev_then_ws_next_inverted": ((SplitRule(" ", "merged_with_previous"),
+                                          SplitRule(r"\s+", "merged_with_next", True)),
+                                         [pre_tokenizers.Split(" ", "merged_with_previous"),
+                                          pre_tokenizers.Split(Regex(r"\s+"), "merged_with_next", invert=True)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(_SEQUENCES))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=_text)
+def test_sequences_of_splits_on_adversarial_strings(name, text):
+    rules, pres = _SEQUENCES[name]
+    assert _segmentation(rules).marks(text) == (_runtime_pieces(pre_tokenizers.Sequence(pres), text) if text else [])
+
+
+def test_removed_invert_is_the_isolated_form_when_the_pattern_matches_everything():
+    """cl100k/o200k conversions write the regex as Split(Removed, invert): the same boundaries as Isolated."""
+    for pattern in (_O200K_PATTERN, GPT2_PATTERN):
+        a = build_segmentation((SplitRule(pattern, "removed", True),))
+        b = build_segmentation((SplitRule(pattern, "isolated"),))
+        assert np.array_equal(a.transitions, b.transitions) and np.array_equal(a.final, b.final)
+
+
+# -- real tokenizers rewritten into other forms ------------------------------------------------------------------
+
+
+def _gpt2_json() -> dict:
+    return _gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))
+
+
+def _mistral_json() -> dict:
+    data = json.loads(tokenizer_source("mistral").read_text(encoding="utf-8"))
+    data["decoder"]["decoders"] = [d for d in data["decoder"]["decoders"] if d["type"] != "Strip"]
+    return data
+
+
+def _byte_level(use_regex: bool = False, add_prefix_space: bool = False) -> dict:
+    return {"type": "ByteLevel", "add_prefix_space": add_prefix_space, "trim_offsets": True, "use_regex": use_regex}
+
+
+def _split(pattern: str, behavior: str, invert: bool = False, regex: bool = True) -> dict:
+    return {"type": "Split", "pattern": {"Regex" if regex else "String": pattern}, "behavior": behavior,
+            "invert": invert}
+
+
+def _load_pair(data: dict, tmp_path, name: str = "tokenizer.json"):
+    """The model canonmerge loads from the JSON, and the runtime built from the very same file."""
+    path = tmp_path / name
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return load_tokenizer(path), HFTokenizer.from_file(str(path))
+
+
+def _respellings(model, ids, rng, count):
+    split_of = {int(c): (int(a), int(b)) for a, b, c in model.merge_table.tolist()}
+    by_bytes = {b: i for i, b in enumerate(model.token_bytes)
+                if b is not None and i not in model.special_token_ids and i not in model.added_token_ids}
+    out = []
+    for _ in range(count * 4 if ids else 0):
+        i = rng.randrange(len(ids))
+        if rng.random() < 0.5 and ids[i] in split_of:
+            # Splitting an added token spells its text with other tokens: the documented corner (see _assert_exact).
+            out.append((ids[:i] + list(split_of[ids[i]]) + ids[i + 1:], ids[i] in model.added_token_ids))
+        elif i + 1 < len(ids) and model.token_bytes[ids[i]] is not None and model.token_bytes[ids[i + 1]] is not None:
+            fused = by_bytes.get(model.token_bytes[ids[i]] + model.token_bytes[ids[i + 1]])
+            if fused is not None:
+                out.append((ids[:i] + [fused] + ids[i + 2:], False))
+        if len(out) == count:
+            break
+    return out
+
+
+def _assert_exact(model, runtime, texts, *, respellings: int = 6, min_tokens: int = 5_000, report=None):
+    """Runtime encodings are accepted; respellings are accepted exactly when the runtime says canonical, except the
+    documented corner: an added token's text spelled by other tokens (Gemma 3's "\n\n" as "\n" "\n", both added
+    tokens) is allowed. ``report`` (a dict) receives the counts."""
+    automaton = compile_tokenizer(model)
+    rng = random.Random(5)
+    total, judged, corner, corner_allowed = 0, 0, 0, 0
+    for text in texts:
+        ids = runtime.encode(text, add_special_tokens=False).ids
+        assert automaton.accepts(ids), text[:120]
+        total += len(ids)
+        for new, spells_added in _respellings(model, ids[:150], rng, respellings):
+            canonical = runtime.encode(runtime.decode(new, skip_special_tokens=False),
+                                       add_special_tokens=False).ids == new
+            accepted = automaton.accepts(new)
+            if spells_added:
+                assert accepted or not canonical, new
+                corner += 1
+                corner_allowed += accepted and not canonical
+                continue
+            assert accepted == canonical, (new, canonical)
+            judged += not canonical
+    assert total >= min_tokens and judged >= 20, (total, judged)
+    if report is not None:
+        report.update(tokens=total, judged=judged, added_respellings=corner, added_over_allowed=corner_allowed)
+    return automaton
+
+
+_VARIANTS = {
+    # o200k/cl100k conversions' form, on GPT-2: the regex as Split(Removed, invert) then ByteLevel(no regex).
+    "removed_invert": [_split(GPT2_PATTERN, "Removed", True), _byte_level()],
+    # Splits with merging behaviours, and Digits / Punctuation pre-tokenizers, before GPT-2's regex.
+    "space_merged_with_next": [_split(" ", "MergedWithNext", regex=False), _byte_level()],
+    "punct_merged_with_previous": [{"type": "Punctuation", "behavior": "MergedWithPrevious"}, _byte_level()],
+    "digits_contiguous_punct": [{"type": "Digits", "individual_digits": False},
+                                {"type": "Punctuation", "behavior": "Contiguous"}, _byte_level(use_regex=True)],
+    "inverted_words_isolated": [_split(r"\p{L}+", "Isolated", True), _byte_level()],
+}
+
+
+@pytest.mark.parametrize("variant", sorted(_VARIANTS))
+def test_gpt2_rewritten_pre_tokenizers_are_exact(variant, tmp_path):
+    data = _gpt2_json()
+    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": _VARIANTS[variant]}
+    model, runtime = _load_pair(data, tmp_path)
+    texts = _real_texts()
+    automaton = _assert_exact(model, runtime, texts[::2])
+    if variant == "removed_invert":  # the same boundaries as GPT-2's own form, so the same automaton
+        original = compile_tokenizer(load_tokenizer(tokenizer_source("gpt2")))
+        assert np.array_equal(automaton.boundary_next, original.boundary_next)
+        assert np.array_equal(automaton.inside_next, original.inside_next)
+
+
+def test_removed_text_is_never_allowed(tmp_path):
+    """Split(" ", Removed) drops spaces: no token sequence that decodes to a space is canonical."""
+    data = _gpt2_json()
+    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [_split(" ", "Removed", regex=False), _byte_level()]}
+    model, runtime = _load_pair(data, tmp_path)
+    automaton = compile_tokenizer(model)
+    spaced = [t for t, b in enumerate(model.token_bytes) if b and b" " in b]
+    assert len(spaced) > 1000
+    allowed = automaton.allowed_after(automaton.start_class)
+    assert not allowed[spaced].any()
+    ids = runtime.encode("Hello world, it's me", add_special_tokens=False).ids  # the runtime drops the spaces
+    assert b"".join(model.token_bytes[i] for i in ids) == b"Helloworld,it'sme"
+    assert automaton.accepts(ids) == (runtime.encode("Helloworld,it'sme", add_special_tokens=False).ids == ids)
+    _assert_exact(model, runtime, [t.replace(" ", "") for t in _real_texts()[::3]], min_tokens=3_000)
+
+
+@pytest.mark.parametrize("scheme,split", [("never", True), ("never", False), ("always", True), ("first", False)])
+def test_mistral_with_metaspace_is_exact(scheme, split, tmp_path):
+    """Mistral's Prepend+Replace normaliser rewritten as a Metaspace pre-tokenizer (split or not). The prefix
+    schemes add the dummy prefix, which continuation mode leaves out: the oracle runs with prepend_scheme=never."""
+    data = _mistral_json()
+    data["normalizer"] = None
+    data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": scheme, "split": split}
+    model, _ = _load_pair(data, tmp_path)
+    oracle = dict(data, pre_tokenizer=dict(data["pre_tokenizer"], prepend_scheme="never"))
+    _, runtime = _load_pair(oracle, tmp_path, "oracle.json")
+    # Split on "▁" in the normalised text: on a space or a "▁" in the text as decoded.
+    assert model.pre_tokenizer == ((SplitRule(r"[\ ▁]", "merged_with_next"),) if split else ())
+    assert model.token_bytes == load_tokenizer(tokenizer_source("mistral")).token_bytes
+    _assert_exact(model, runtime, _real_texts()[1::3], min_tokens=3_000)
+
+
+def test_normalisers_lowercase_and_nfkc_are_exact(tmp_path):
+    data = _gpt2_json()
+    data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}
+    model, runtime = _load_pair(data, tmp_path)
+    assert model.normalizer == (("nfkc",), ("lowercase",))
+    automaton = _assert_exact(model, runtime, [t.lower() for t in _real_texts()[::3]], min_tokens=3_000)
+    upper = [t for t, b in enumerate(model.token_bytes) if b and b.decode("utf-8", "replace") != b.decode(
+        "utf-8", "replace").lower()]
+    assert len(upper) > 5000 and not automaton.allowed_after(automaton.start_class)[upper].any()
+
+
+def test_normaliser_strip_and_unknown_forms_are_refused_by_name(tmp_path):
+    data = _gpt2_json()
+    for normalizer, name in (({"type": "Strip", "strip_left": True, "strip_right": True}, "'Strip'"),
+                             ({"type": "Precompiled", "precompiled_charsmap": ""}, "'Precompiled'"),
+                             ({"type": "Replace", "pattern": {"Regex": " +"}, "content": " "}, "regex pattern")):
+        data["normalizer"] = normalizer
+        with pytest.raises(UnsupportedTokenizerError, match=name):
+            _load_pair(data, tmp_path)
+    data["normalizer"] = None
+    for pre, name in (({"type": "Whitespace"}, "'Whitespace'"), ({"type": "UnicodeScripts"}, "'UnicodeScripts'"),
+                      ({"type": "FixedLength", "length": 5}, "'FixedLength'"),
+                      (_split(r"\w+", "Isolated"), r"\\w"),
+                      (_split(r"a", "Sideways"), "'Sideways'")):
+        data["pre_tokenizer"] = pre
+        path = tmp_path / "bad.json"
+        path.write_text(json.dumps(data))
+        with pytest.raises(UnsupportedTokenizerError, match=name):
+            compile_tokenizer(load_tokenizer(path), tmp_path / "cache")
+
+
+def test_wordpiece_and_unigram_files_are_refused_by_name(tmp_path):
+    wordpiece = HFTokenizer(models.WordPiece({"[UNK]": 0, "a": 1, "##b": 2}, unk_token="[UNK]"))
+    unigram = HFTokenizer(models.Unigram([("<unk>", 0.0), ("a", -1.0), ("b", -2.0)], 0))
+    for runtime, kind in ((wordpiece, "WordPiece"), (unigram, "Unigram")):
+        path = tmp_path / f"{kind}.json"
+        runtime.save(str(path))
+        with pytest.raises(UnsupportedTokenizerError, match=f"{kind} models are not supported"):
+            load_tokenizer(path)
+        with pytest.raises(UnsupportedTokenizerError, match=kind):
+            load_tokenizer(runtime)
+
+
+# -- added tokens ----------------------------------------------------------------------------------------------
+
+
+def _added(token_id: int, content: str, special: bool, **flags) -> dict:
+    return {"id": token_id, "content": content, "special": special, "single_word": False, "lstrip": False,
+            "rstrip": False, "normalized": not special, **flags}
+
+
+def test_added_tokens_in_every_form(tmp_path):
+    """Special and not, inside the vocabulary and outside, plain text (non-ASCII) and byte-level spellings."""
+    data = _gpt2_json()
+    n = len(data["model"]["vocab"])
+    data["added_tokens"] += [
+        _added(n, "<｜end▁of▁sentence｜>", True),      # plain-text, non-ASCII, special (DeepSeek-style)
+        _added(n + 1, "<｜tool▁call｜>", False),       # plain-text, non-ASCII, not special
+        _added(n + 2, "<tool>", False),                 # ASCII, not special
+        _added(n + 3, " worldwide peace", False),      # spaces inside, not in the byte alphabet
+        _added(n + 4, "ü", False, normalized=False),   # in the byte alphabet: decodes to byte 0xFC, never text
+        _added(data["model"]["vocab"]["ĊĊ"], "ĊĊ", False),  # in the vocabulary, byte-level spelling
+        _added(data["model"]["vocab"]["tion"], "tion", False),  # in the vocabulary, matched whole (Gemma's "\n\n")
+    ]
+    model, runtime = _load_pair(data, tmp_path)
+    assert model.vocab_size == n + 5
+    for i, b in enumerate(model.token_bytes):
+        if b is not None:
+            assert runtime.decode([i], skip_special_tokens=False) == b.decode("utf-8", "replace"), i
+    assert model.token_bytes[n] is None and n in model.special_token_ids
+    assert model.token_bytes[n + 1] == "<｜tool▁call｜>".encode() and n + 1 in model.added_token_ids
+    assert n + 4 in model.special_token_ids  # never comes back from its own text
+    assert data["model"]["vocab"]["ĊĊ"] not in model.added_token_ids  # keeps its BPE role
+    tion = data["model"]["vocab"]["tion"]
+    assert tion in model.added_token_ids
+    assert model.eos_token_ids == (data["model"]["vocab"]["<|endoftext|>"],)
+    texts = [t.replace("the", "<｜tool▁call｜>").replace("and", "<tool>").replace(" world", " worldwide peace")
+             for t in _real_texts()[::3]]
+    automaton = _assert_exact(model, runtime, texts, min_tokens=3_000)
+    encoded = runtime.encode("a<｜tool▁call｜>b<tool> worldwide peace\n\n", add_special_tokens=False).ids
+    assert {n + 1, n + 2, n + 3} <= set(encoded) and automaton.accepts(encoded)
+    # Tokens holding an added token's text ("ĠnaTION", "tions") are never produced: the runtime cuts it out first.
+    holding = [t for t, b in enumerate(model.token_bytes) if b and b"tion" in b and t != tion]
+    assert len(holding) > 100 and not any(runtime.encode(model.token_bytes[t].decode(), add_special_tokens=False).ids
+                                          == [t] for t in holding[:50])
+    for c in range(automaton.num_open_contexts):
+        assert not automaton.allowed_after(c * automaton.num_merge_classes)[holding].any()
+
+
+def test_non_ascii_added_token_content_loads_for_byte_level_vocabularies(tmp_path):
+    """Issue 18's second failure: a plain-text added token on a byte-level vocabulary used to fail to load."""
+    data = json.loads(tokenizer_source("qwen3").read_text(encoding="utf-8"))
+    data["added_tokens"].append(_added(max(a["id"] for a in data["added_tokens"]) + 1, "<｜place▁holder｜>", False))
+    model, runtime = _load_pair(data, tmp_path)
+    i = model.vocab_size - 1
+    assert model.token_bytes[i] == "<｜place▁holder｜>".encode() and runtime.decode([i]) == "<｜place▁holder｜>"
+
+
+# -- EOS -------------------------------------------------------------------------------------------------------
+
+
+def test_eos_from_the_files_beside_the_tokenizer(tmp_path):
+    shutil.copy(tokenizer_source("mistral"), tmp_path / "tokenizer.json")
+    assert load_tokenizer(tmp_path).eos_token_ids == (2,)  # "</s>" by name
+    (tmp_path / "config.json").write_text(json.dumps({"eos_token_id": 1}))
+    assert load_tokenizer(tmp_path).eos_token_ids == (1,)
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps({"eos_token": {"content": "<unk>"}}))
+    assert load_tokenizer(tmp_path / "tokenizer.json").eos_token_ids == (0,)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": [2, 1]}))
+    assert load_tokenizer(tmp_path).eos_token_ids == (2, 1)
+    assert load_tokenizer(tmp_path, eos_token_ids=[7]).eos_token_ids == (7,)
+    (tmp_path / "generation_config.json").write_text(json.dumps({"eos_token_id": 10**9}))
+    with pytest.raises(TokenizerError, match="outside the vocabulary"):
+        load_tokenizer(tmp_path)
+    (tmp_path / "generation_config.json").write_text("{")
+    with pytest.raises(TokenizerError, match="not valid JSON"):
+        load_tokenizer(tmp_path)
+    # The pinned o200k/gpt-oss/Gemma 3 tokenizers name their EOS only in tokenizer_config.json.
+    assert load_tokenizer(tokenizer_source("gemma3")).eos_token_ids == (106,)  # <end_of_turn>
+    assert load_tokenizer(tokenizer_source("gptoss")).eos_token_ids == (200002,)  # <|return|>
+
+
+@pytest.mark.parametrize("name,token", [("<end_of_turn>", "<end_of_turn>"), ("<｜end▁of▁sentence｜>", None),
+                                        ("<|return|>", None), ("<EOT>", None), ("<|im_end|>", None)])
+def test_eos_guessed_from_a_wider_list_of_names(name, token, tmp_path):
+    data = _gpt2_json()
+    n = len(data["model"]["vocab"])
+    data["added_tokens"] = [_added(n, "<pad>", True), _added(n + 1, name, True)]
+    model, _ = _load_pair(data, tmp_path)
+    assert model.eos_token_ids == (n + 1,)
+
+
+def test_no_eos_is_a_typed_error_asking_for_eos_token_ids(tmp_path):
+    from product import compile_regex
+
+    data = _gpt2_json()
+    data["added_tokens"] = [_added(50256, "<|mystery|>", True)]
+    data["model"]["vocab"]["<|mystery|>"] = data["model"]["vocab"].pop("<|endoftext|>")
+    model, _ = _load_pair(data, tmp_path)
+    assert model.eos_token_ids == ()
+    automaton = compile_tokenizer(model)
+    with pytest.raises(MissingEOSError, match="eos_token_ids="):
+        compile_regex("[ab]+", automaton)
+    guide = compile_regex("[ab]+", automaton, eos_token_ids=[50256])
+    assert guide.eos_token_ids == (50256,)
+    with_eos = compile_tokenizer(model, eos_token_ids=[50256])
+    assert list(with_eos.eos_token_ids) == [50256] and compile_regex("[ab]+", with_eos).eos_token_ids == (50256,)
+    assert list(compile_tokenizer(tmp_path / "tokenizer.json", eos_token_ids=[3]).eos_token_ids) == [3]
+    with pytest.raises(TypeError):
+        compile_regex("a", automaton, eos_token_ids=50256)
+    with pytest.raises(ValueError, match="outside the vocabulary"):
+        compile_regex("a", automaton, eos_token_ids=[10**7])
+
+
+# -- the 200k+ vocabularies --------------------------------------------------------------------------------------
+
+_LARGE = {}
+
+
+def _large(name):
+    if name not in _LARGE:
+        _LARGE[name] = (load_tokenizer(tokenizer_source(name)), reference_runtime(name))
+    return _LARGE[name]
+
+
+@pytest.mark.parametrize("name", ["o200k", "gptoss", "gemma3"])
+def test_large_tokenizers_token_bytes_equal_the_runtime(name):
+    model, runtime = _large(name)
+    assert model.vocab_size == 1 + max(runtime.get_vocab(with_added_tokens=True).values())
+    mismatches = [i for i, b in enumerate(model.token_bytes)
+                  if b is not None and runtime.decode([i], skip_special_tokens=False) != b.decode("utf-8", "replace")]
+    assert mismatches == []
+    text = "Grüße, 世界! naïve café — 😀🎉 x=1234567; \n\tdef f(a, b):\n        return a ≤ b  \n"
+    assert b"".join(model.token_bytes[i] for i in runtime.encode(text, add_special_tokens=False).ids) == text.encode()
+
+
+def test_o200k_is_exact_on_real_text():
+    model, runtime = _large("o200k")
+    assert model.pre_tokenizer == (SplitRule(_O200K_PATTERN, "removed", True),)
+    _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["gptoss", "gemma3"])
+def test_gptoss_and_gemma3_are_exact_on_real_text(name):
+    model, runtime = _large(name)
+    report: dict = {}
+    _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000, report=report)
+    print(name, report)
