@@ -24,7 +24,7 @@ from pathlib import Path
 
 from automata.errors import CanonmergeError
 
-__all__ = ["AssetError", "ASSETS", "asset_path", "cache_dir"]
+__all__ = ["AssetError", "ASSETS", "asset_path", "cache_dir", "json_schema_test_suite"]
 
 
 class AssetError(CanonmergeError):
@@ -196,6 +196,21 @@ def asset_path(name: str) -> Path:
         raise AssetError(f"asset {name}: SHA-256 of {asset.member} is {actual}, pinned {asset.sha256}")
     _atomic_write(path, [data])
     return path
+
+
+def json_schema_test_suite(draft: str = "draft2020-12") -> dict[str, list]:
+    """The official JSON-Schema-Test-Suite files of one draft (``{file name: [test groups]}``), read from the
+    pinned ``jsonschema`` sdist (its SHA-256 is checked, which pins every member)."""
+    import json
+
+    archive = _download(_JSONSCHEMA_SDIST)
+    prefix = f"jsonschema-4.26.0/json/tests/{draft}/"
+    with tarfile.open(archive) as tar:
+        members = [m for m in tar.getmembers() if m.name.startswith(prefix) and m.name.endswith(".json")
+                   and "/" not in m.name[len(prefix):]]
+        if not members:
+            raise AssetError(f"{archive.name} has no test files for {draft!r}")
+        return {m.name[len(prefix):]: json.load(tar.extractfile(m)) for m in sorted(members, key=lambda m: m.name)}
 
 
 # ------------------------------------------------------------------------------------------ named tokenizers

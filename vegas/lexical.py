@@ -1,0 +1,437 @@
+"""Regexes for scalar values as the layout writes them: numbers, integer ranges, strings, YAML plain scalars,
+string formats, and ECMA-262 ``pattern``s translated to the written (escaped) text.
+
+Every regex here matches *written text* (what follows a key's ``": "``), and ``vegas.layout`` writes values
+with the same rules, so ``re.fullmatch(regex, text)`` is the test of both.
+
+Numbers are written as ``json.dumps`` writes Python numbers, except that a float with an integral value below 1e16
+is written as that integer (``30.0`` as ``30``: one text per value, as JSON Schema does not tell 30 from 30.0):
+integers in decimal, other floats as ``repr`` (``1.5``, ``1e+16``, ``1.5e-05``). The regexes accept every such
+spelling without redundant zeros; they do not
+enforce that a float's digits are the *shortest* round-trip ones (``0.30000000000000004`` vs ``0.3``), which no
+regular language can.
+
+YAML plain scalars: a string is written plain when it is *plain-safe*: it starts with a letter or ``_``, its other
+characters are letters, digits, spaces or ``_.,'()/+-!?&;``, it does not end with a space, and it is not one of the
+words YAML 1.1 or 1.2 readers turn into a boolean or null (``yes``, ``No``, ``on``, ``NULL``, ``y``, …). Every other
+string is double-quoted (and so are strings whose schema bounds their length or gives a pattern or format). That rule reads back the same string in every YAML 1.1 and 1.2 reader.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+
+from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled
+from vegas.errors import SchemaError, UnsupportedSchemaError
+
+__all__ = ["integer_regex", "number_regex", "quoted_regex", "plain_regex", "is_plain_safe", "format_regex",
+           "pattern_regex", "YAML_SPECIAL_WORDS", "FORMATS"]
+
+# ---- numbers ---------------------------------------------------------------------------------------------------
+
+_NAT = "(0|[1-9][0-9]*)"
+_FRACTION = r"\.([0-9]*[1-9]|0)"  # no redundant trailing zero: 1.5, 1.0, never 1.50
+_EXP_DIGITS = "[0-9]{2,3}"  # repr writes at least two exponent digits: 1e-05, 1e+16, 1e+300
+
+
+def _same_length(lo: str, hi: str) -> str:
+    """Decimal strings of len(lo) == len(hi) digits between lo and hi (inclusive), leading digits as given."""
+    if lo == hi:
+        return lo
+    if len(lo) == 1:
+        return f"[{lo}-{hi}]"
+    if lo[0] == hi[0]:
+        return lo[0] + _same_length(lo[1:], hi[1:])
+    n = len(lo) - 1
+    parts = [lo[0] + _same_length(lo[1:], "9" * n)]
+    if int(hi[0]) - int(lo[0]) > 1:
+        parts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}][0-9]" + (f"{{{n}}}" if n > 1 else ""))
+    parts.append(hi[0] + _same_length("0" * n, hi[1:]))
+    return "(" + "|".join(parts) + ")"
+
+
+def _naturals(lo: int, hi: int | None) -> str | None:
+    """Canonical decimals (no leading zero) of the integers in [lo, hi], 0 <= lo; hi None: unbounded."""
+    if hi is not None and hi < lo:
+        return None
+    parts = []
+    top = hi if hi is not None else 10 ** len(str(lo)) - 1
+    for length in range(len(str(lo)), len(str(top)) + 1):
+        a, b = max(lo, 10 ** (length - 1) if length > 1 else 0), min(top, 10 ** length - 1)
+        if a <= b:
+            parts.append(_same_length(str(a), str(b)))
+    if hi is None:
+        parts.append(f"[1-9][0-9]{{{len(str(top))},}}")
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
+    """Canonical decimals of the integers in [lo, hi] (None: unbounded); None when the range is empty."""
+    if lo is not None and hi is not None and hi < lo:
+        return None
+    parts = []
+    if hi is None or hi >= 0:
+        nonneg = _naturals(max(lo, 0) if lo is not None else 0, hi)
+        if nonneg:
+            parts.append(nonneg)
+    if lo is None or lo < 0:  # -n for n in [max(1, -hi), -lo]
+        neg = _naturals(max(1, -hi) if hi is not None else 1, -lo if lo is not None else None)
+        if neg:
+            parts.append("-" + neg)
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: bool = False,
+                 hi_exclusive: bool = False, style: str = "json") -> str | None:
+    """Numbers (integers or floats) as written, within integer bounds (None: unbounded).
+
+    A text ``n`` or ``n.f`` (f non-zero, so integral values have one text) stands for a value in [n, n+1); bounds on integers decide which integer
+    parts may carry a fraction. Exponent forms are values below 1e-4 or from 1e16 in magnitude, kept where the
+    bounds admit all of them. YAML writes a dot in every exponent form's mantissa (``1.0e+16``: YAML 1.1 readers
+    read ``1e+16`` as a string)."""
+    lo_int = None if lo is None else lo + (1 if lo_exclusive else 0)  # integers admitted
+    hi_int = None if hi is None else hi - (1 if hi_exclusive else 0)
+    parts = []
+    whole = integer_regex(lo_int, hi_int)
+    if whole:
+        parts.append(whole)
+    # n.f with f > 0: n >= 0 needs lo <= n and n + 1 <= hi; -(n.f) needs -(n + 1) >= lo and -n <= hi.
+    pos = _naturals(max(0, lo) if lo is not None else 0, None if hi is None else hi - 1)
+    if pos:
+        parts.append(f"{pos}\\.([0-9]*[1-9])")
+    neg = _naturals(max(0, -hi) if hi is not None else 0, None if lo is None else -lo - 1)
+    if neg:
+        parts.append(f"-{neg}\\.([0-9]*[1-9])")
+    mantissa = r"[1-9]\.([0-9]*[1-9]|0)" if style == "yaml" else r"[1-9](\.[0-9]*[1-9])?"
+    small_pos = (lo is None or lo < 0 or (lo == 0)) and (hi is None or hi >= 1)
+    small_neg = (hi is None or hi > 0 or (hi == 0)) and (lo is None or lo <= -1)
+    big_pos, big_neg = hi is None and (lo is None or lo < 10 ** 16), lo is None and (hi is None or hi > -10 ** 16)
+    for sign, exp_sign, admitted in (("", "-", small_pos), ("-", "-", small_neg), ("", r"\+", big_pos),
+                                     ("-", r"\+", big_neg)):
+        if admitted:
+            parts.append(f"{sign}{mantissa}e{exp_sign}{_EXP_DIGITS}")
+    if not parts:
+        return None
+    return "(" + "|".join(parts) + ")"
+
+
+def integral_bound(value, keyword: str, pointer: str, *, upper: bool) -> int:
+    """A numeric bound as an integer, or UnsupportedSchemaError for a fractional bound on a number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SchemaError(f"{keyword} must be a finite number, not {value!r}", keyword=keyword, pointer=pointer)
+    if value != int(value):
+        raise UnsupportedSchemaError(f"{keyword}: {value} (only integer bounds are supported for numbers)",
+                                     keyword=keyword, pointer=pointer)
+    return int(value)
+
+
+# ---- strings ---------------------------------------------------------------------------------------------------
+
+def repeat(atom: str, lo: int, hi: int | None) -> str:
+    """``atom`` repeated lo..hi times (hi None: unbounded)."""
+    if hi == 0:
+        return ""
+    if hi is None:
+        return f"({atom}){{{lo},}}" if lo > 1 else (f"({atom})+" if lo == 1 else f"({atom})*")
+    if lo == hi:
+        return f"({atom}){{{lo}}}" if lo != 1 else atom
+    return f"({atom}){{{lo},{hi}}}"
+
+
+def quoted_regex(body: str) -> str:
+    return f'"{body}"'
+
+
+def free_string_body(style: str, min_length: int = 0, max_length: int | None = None) -> str:
+    """The written characters of any string of min..max characters, inside double quotes."""
+    return repeat(spelled(ANY, style), min_length, max_length)
+
+
+# YAML plain scalars: see the module docstring.
+# Every non-ASCII character YAML prints raw counts as a letter: then every class of both string forms splits the
+# non-ASCII range the same way (printable or not), and the byte automaton shares one UTF-8 trie shape across its
+# states (finer splits gave the YAML object of the tests 361k byte states instead of a few thousand).
+_LETTERS = CharSet.of([(ord("A"), ord("Z")), (ord("a"), ord("z")), (0xA0, 0x10FFFF)]) - ESCAPED["yaml"]
+_PLAIN_FIRST = _LETTERS | CharSet.chars("_")
+_PLAIN_REST = _LETTERS | CharSet.of([(ord("0"), ord("9"))]) | CharSet.chars(" _.,'()/+-!?&;")
+_PLAIN_LAST = _PLAIN_REST - CharSet.chars(" ")
+YAML_SPECIAL_WORDS = frozenset(
+    "y Y yes Yes YES n N no No NO true True TRUE false False FALSE on On ON off Off OFF null Null NULL".split())
+
+
+def is_plain_safe(text: str) -> bool:
+    return (bool(text) and text[0] in _PLAIN_FIRST and all(c in _PLAIN_REST for c in text[1:])
+            and text[-1] in _PLAIN_LAST and text not in YAML_SPECIAL_WORDS)
+
+
+@lru_cache(maxsize=256)
+def plain_regex(excluded: frozenset = frozenset()) -> str:
+    """Every plain-safe string except ``excluded``, written plain (no escapes): first letter, rest, no trailing
+    space, not a special word. The words are cut out by walking their trie: a string leaves it at some
+    character, or ends on a node that is no word."""
+    rest, last = class_regex(_PLAIN_REST), class_regex(_PLAIN_LAST)
+    tail_opt, tail_req = f"({rest}*{last})?", f"{rest}*{last}"
+    trie: dict = {}
+    for word in YAML_SPECIAL_WORDS | {w for w in excluded if is_plain_safe(w)}:
+        node = trie
+        for c in word:
+            node = node.setdefault(c, {})
+        node[""] = {}
+
+    def walk(node: dict, depth: int, after_space: bool) -> str:
+        allowed = _PLAIN_FIRST if depth == 0 else _PLAIN_REST
+        children = CharSet.chars("".join(c for c in node if c))
+        alts = []
+        if depth > 0 and "" not in node and not after_space:
+            alts.append("")  # ends on a node that is no word
+        other = allowed - children - CharSet.chars(" ")
+        if other:
+            alts.append(class_regex(other) + tail_opt)
+        if depth > 0 and " " not in children:
+            alts.append(" " + tail_req)
+        alts += [literal(c) + walk(child, depth + 1, c == " ") for c, child in sorted(node.items()) if c]
+        return "(" + "|".join(alts) + ")"
+
+    return walk(trie, 0, False)
+
+
+def not_plain_body(style: str) -> str:
+    """The written characters (inside double quotes) of every string that is *not* plain-safe: empty; first
+    character not a letter; a later character outside the plain set; a trailing space; a special word."""
+    any_, first = spelled(ANY, style), spelled(_PLAIN_FIRST, style)
+    alts = ["", f"{spelled(~_PLAIN_FIRST, style)}({any_})*", f"{first}({any_})*{spelled(~_PLAIN_REST, style)}({any_})*",
+            f"{first}({any_})* ", alternation(YAML_SPECIAL_WORDS)]
+    return "(" + "|".join(alts) + ")"
+
+
+# ---- formats (over decoded characters; none of them contains a character the layout escapes) -----------------
+
+_OCTET = r"(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])"
+_H16 = "[0-9a-fA-F]{1,4}"
+_IPV4 = rf"{_OCTET}(\.{_OCTET}){{3}}"
+_LS32 = rf"({_H16}:{_H16}|{_IPV4})"
+
+
+def _ipv6() -> str:
+    h = f"{_H16}:"
+    forms = [f"({h}){{6}}{_LS32}", f"::({h}){{5}}{_LS32}", f"({_H16})?::({h}){{4}}{_LS32}",
+             f"(({h}){{0,1}}{_H16})?::({h}){{3}}{_LS32}", f"(({h}){{0,2}}{_H16})?::({h}){{2}}{_LS32}",
+             f"(({h}){{0,3}}{_H16})?::{h}{_LS32}", f"(({h}){{0,4}}{_H16})?::{_LS32}",
+             f"(({h}){{0,5}}{_H16})?::{_H16}", f"(({h}){{0,6}}{_H16})?::"]
+    return "(" + "|".join(forms) + ")"
+
+
+_DATE = r"[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])"
+_TIME = r"([01][0-9]|2[0-3]):[0-5][0-9]:([0-5][0-9]|60)(\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+_LABEL = "[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
+_URI_CHAR = r"[A-Za-z0-9._~:/?#\[\]@!$&'()*+,;=%-]"
+FORMATS = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f"{_DATE}T{_TIME}",
+    "email": rf"[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+(\.[A-Za-z0-9!#$%&'*+/=?^_`{{|}}~-]+)*@{_LABEL}(\.{_LABEL})+",
+    "uuid": "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "uri": rf"[A-Za-z][A-Za-z0-9+.-]*:{_URI_CHAR}+",
+    "ipv4": _IPV4,
+    "ipv6": _ipv6(),
+    "hostname": rf"{_LABEL}(\.{_LABEL})*",
+}
+
+
+def format_regex(name: str) -> str | None:
+    """The regex of a known ``format`` (None for formats the standard leaves as annotations we do not know)."""
+    return FORMATS.get(name)
+
+
+# ---- ECMA-262 patterns -----------------------------------------------------------------------------------------
+
+_DIGIT = CharSet.of([(0x30, 0x39)])
+_WORD = _DIGIT | CharSet.of([(0x41, 0x5A), (0x61, 0x7A)]) | CharSet.chars("_")
+_SPACE = CharSet.chars("\t\n\x0b\x0c\r \u00a0\u1680\u2028\u2029\u202f\u205f\u3000\ufeff") | CharSet.of([(0x2000, 0x200A)])
+_LINE_TERMINATORS = CharSet.chars("\n\r\u2028\u2029")
+_CLASS_ESCAPES = {"d": _DIGIT, "D": ~_DIGIT, "w": _WORD, "W": ~_WORD, "s": _SPACE, "S": ~_SPACE}
+_QUANTIFIER = re.compile(r"\{[0-9]+(,[0-9]*)?\}")
+_CHAR_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}
+
+
+class _Pattern:
+    """A recursive-descent reader of an ECMA-262 regex that rewrites every character atom as the regex of its
+    written form (``spelled``) and keeps the structure (groups, alternation, quantifiers). Lookaround,
+    backreferences, word boundaries and anchors inside groups are refused."""
+
+    def __init__(self, source: str, style: str, pointer: str):
+        self.src, self.i, self.style, self.pointer = source, 0, style, pointer
+
+    def fail(self, why: str, unsupported: bool = False):
+        cls = UnsupportedSchemaError if unsupported else SchemaError
+        raise cls(f"pattern {self.src!r}: {why} (at offset {self.i})", keyword="pattern", pointer=self.pointer)
+
+    def peek(self) -> str:
+        return self.src[self.i] if self.i < len(self.src) else ""
+
+    def alternatives(self, top: bool) -> list[tuple[bool, str, bool]]:
+        """(anchored at start, body, anchored at end) per alternative."""
+        alts = []
+        while True:
+            start = end = False
+            if self.peek() == "^":
+                if not top:
+                    self.fail("'^' inside a group", unsupported=True)
+                start, self.i = True, self.i + 1
+            body, end = self.sequence(top)
+            alts.append((start, body, end))
+            if self.peek() != "|":
+                return alts
+            self.i += 1
+
+    def sequence(self, top: bool) -> tuple[str, bool]:
+        out = []
+        while self.i < len(self.src) and self.peek() not in "|)":
+            if self.peek() == "$":
+                self.i += 1
+                if self.i < len(self.src) and self.peek() not in "|)" or not top:
+                    self.fail("'$' before the end of the pattern", unsupported=True)
+                return "".join(out), True
+            if self.peek() == "^":
+                self.fail("'^' after the start of the pattern", unsupported=True)
+            out.append(self.quantified(self.atom()))
+        return "".join(out), False
+
+    def atom(self) -> str:
+        c = self.peek()
+        if c == "(":
+            self.i += 1
+            if self.src.startswith("?:", self.i):
+                self.i += 2
+            elif self.src.startswith("?<", self.i) and self.src[self.i + 2:self.i + 3] not in ("=", "!"):
+                close = self.src.find(">", self.i)
+                if close < 0:
+                    self.fail("unterminated group name")
+                self.i = close + 1
+            elif self.peek() == "?":
+                self.fail("lookaround", unsupported=True)
+            alts = self.alternatives(top=False)
+            if self.peek() != ")":
+                self.fail("missing ')'")
+            self.i += 1
+            return "(" + "|".join(body for _, body, _ in alts) + ")"
+        if c == "[":
+            return spelled(self.char_class(), self.style)
+        if c == ".":
+            self.i += 1
+            return spelled(~_LINE_TERMINATORS, self.style)
+        if c == "\\":
+            return spelled(self.escape(in_class=False), self.style)
+        if c in "*+?" or (c == "{" and self._quantifier()):
+            self.fail(f"nothing to repeat before {c!r}")
+        if c == ")":
+            self.fail("unbalanced ')'")
+        self.i += 1
+        return spelled(CharSet.chars(c), self.style)
+
+    def _quantifier(self) -> str:
+        """``{n}``, ``{n,}`` or ``{n,m}`` at the cursor ('' if none: then ``{`` is a literal, as in ECMA)."""
+        found = _QUANTIFIER.match(self.src, self.i)
+        return found.group(0) if found else ""
+
+    def quantified(self, atom: str) -> str:
+        c = self.peek()
+        if c in "*+?":
+            self.i += 1
+            q = c
+        elif c == "{" and self._quantifier():
+            q = self._quantifier()
+            self.i += len(q)
+        else:
+            return atom
+        if self.peek() == "?":  # lazy: same language
+            self.i += 1
+        if self.peek() in ("*", "+", "?") or (self.peek() == "{" and self._quantifier()):
+            self.fail("nested quantifier")
+        return f"({atom}){q}"
+
+    def escape(self, in_class: bool) -> CharSet:
+        self.i += 1
+        c = self.peek()
+        if not c:
+            self.fail("trailing backslash")
+        self.i += 1
+        if c in _CLASS_ESCAPES:
+            return _CLASS_ESCAPES[c]
+        if c in _CHAR_ESCAPES and not (c == "0" and self.peek().isdigit()):
+            return CharSet.chars(_CHAR_ESCAPES[c])
+        if c == "b" and in_class:
+            return CharSet.chars("\b")
+        if c in "bB" or c.isdigit() or c == "k":
+            self.fail(f"\\{c} (word boundary or backreference)", unsupported=True)
+        if c == "x" or c == "u":
+            width = 2 if c == "x" else 4
+            digits = self.src[self.i:self.i + width]
+            if c == "u" and self.peek() == "{":
+                close = self.src.find("}", self.i)
+                digits, width = self.src[self.i + 1:close], close - self.i + 1
+            try:
+                code = int(digits, 16)
+            except ValueError:
+                self.fail(f"bad \\{c} escape")
+            self.i += width
+            return CharSet.of([(code, code)])
+        if c in "pP":
+            self.fail("Unicode property classes", unsupported=True)
+        if c == "c":
+            letter = self.peek()
+            self.i += 1
+            return CharSet.chars(chr(ord(letter.upper()) % 32))
+        return CharSet.chars(c)  # an escaped punctuation character, or an identity escape
+
+    def char_class(self) -> CharSet:
+        self.i += 1
+        negated = self.peek() == "^"
+        if negated:
+            self.i += 1
+        members = CharSet(())
+        first = True
+        while True:
+            c = self.peek()
+            if not c:
+                self.fail("missing ']'")
+            if c == "]" and not first:
+                self.i += 1
+                break
+            first = False
+            lo = self.escape(in_class=True) if c == "\\" else self._take()
+            if self.peek() == "-" and self.src[self.i + 1:self.i + 2] not in ("]", ""):
+                self.i += 1
+                hi = self.escape(in_class=True) if self.peek() == "\\" else self._take()
+                if lo.size() != 1 or hi.size() != 1:
+                    self.fail("a range bound is a class")
+                a, b = lo.ranges[0][0], hi.ranges[0][0]
+                if a > b:
+                    self.fail("range out of order")
+                members = members | CharSet.of([(a, b)])
+            else:
+                members = members | lo
+        return ~members if negated else members
+
+    def _take(self) -> CharSet:
+        c = self.peek()
+        self.i += 1
+        return CharSet.chars(c)
+
+
+def pattern_regex(pattern: str, style: str, pointer: str) -> str:
+    """The written characters (inside double quotes) of every string in which ``pattern`` finds a match
+    (JSON Schema's ``pattern`` is an unanchored ECMA-262 search: ``abc`` means "contains abc")."""
+    if not isinstance(pattern, str):
+        raise SchemaError(f"pattern must be a string, not {pattern!r}", keyword="pattern", pointer=pointer)
+    reader = _Pattern(pattern, style, pointer)
+    alts = reader.alternatives(top=True)
+    if reader.i != len(pattern):
+        reader.fail("unbalanced ')'")
+    any_ = f"({spelled(ANY, style)})*"
+    return "(" + "|".join(("" if start else any_) + f"({body})" + ("" if end else any_)
+                          for start, body, end in alts) + ")"

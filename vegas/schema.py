@@ -1,0 +1,621 @@
+"""JSON Schema -> the regex of its instances' texts in one layout (``"json"`` or ``"yaml"``).
+
+The walk normalises each schema node into *alternatives* (``$ref`` resolved, ``allOf`` merged, ``anyOf``/``oneOf``
+distributed over the node's other keywords), each with the set of JSON types it admits, and writes one regex
+per (alternative, type, position). ``vegas.layout`` writes instances by the same walk, so the two agree.
+
+Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lists), ``properties``, ``required``,
+``additionalProperties`` (false, true or a schema; absent = true as the standard says, ``strict=True`` makes it
+false), ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``, ``anyOf``,
+``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
+``allOf`` (merged), ``$ref`` to ``#...`` pointers, ``$defs``/``definitions`` (recursion unrolled ``max_recursion``
+times, deeper instances are not generated), string ``minLength``/``maxLength``/``pattern``/``format`` (date, time,
+date-time, email, uuid, uri, ipv4, ipv6, hostname; unknown formats are annotations, as the standard says),
+``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (integer bounds for numbers), ``nullable``.
+
+Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``/``then``/``else``,
+``dependencies``, ``dependentRequired``/``dependentSchemas``, ``patternProperties``, ``propertyNames``,
+``min/maxProperties``, ``uniqueItems``, ``contains``, ``multipleOf``, ``unevaluated*``, remote ``$ref``s,
+fractional number bounds, a ``pattern`` combined with a length bound or a ``format``. Values of ``true`` schemas
+(anything) are generated up to ``any_depth`` levels of nesting. Additional keys are never one of the declared
+keys; duplicated additional keys are not excluded (no regular language can).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+from vegas import lexical
+from vegas.charset import ANY, CharSet, escape_of, literal, spelled
+from vegas.errors import SchemaError, UnsupportedSchemaError
+from vegas.layout import write_key, write_value
+
+__all__ = ["schema_regex", "Position", "TOP"]
+
+TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
+_SCALARS = ("null", "boolean", "number", "string")
+_ANY_MARK = "*"  # on an alternative's stack: one level of a true schema's nesting
+_ITEMS = ("items", "prefixItems", "additionalItems")
+_ANNOTATIONS = {"title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
+                "readOnly", "writeOnly", "deprecated", "$anchor", "contentMediaType", "contentEncoding",
+                "contentSchema", "discriminator", "$defs", "definitions", "$vocabulary", "xml", "externalDocs"}
+_UNSUPPORTED = {"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
+                "patternProperties", "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
+                "minContains", "maxContains", "multipleOf", "unevaluatedProperties", "unevaluatedItems",
+                "$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"}
+_BY_TYPE = {
+    "string": {"minLength", "maxLength", "pattern", "format"},
+    "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
+    "array": {"items", "prefixItems", "additionalItems", "minItems", "maxItems"},
+    "object": {"properties", "required", "additionalProperties"},
+}
+_BY_TYPE["integer"] = _BY_TYPE["number"]
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a value is written. JSON ignores it. YAML: ``top`` (the document), ``key`` (after ``key:``) or
+    ``item`` (after a sequence's ``-``); ``indent`` is the column of that key or dash."""
+    where: str = "top"
+    indent: int = 0
+
+    def scalar_lead(self) -> str:
+        return "" if self.where == "top" else " "
+
+    def block(self) -> tuple[str, str, int]:
+        """(text before the first entry, text between entries, column of the entries) of a block collection."""
+        if self.where == "top":
+            return "", "\n", 0
+        inner = "\n" + " " * (self.indent + 2)
+        return (inner if self.where == "key" else " "), inner, self.indent + 2
+
+
+TOP = Position()
+
+
+@dataclass
+class Alternative:
+    """One way a schema node can be satisfied: a merged keyword dict (no ``$ref``/``allOf``/``anyOf``/``oneOf``
+    left), the JSON types it admits, and the ``$ref`` targets being expanded around it (for recursion)."""
+    schema: dict
+    pointer: str
+    types: tuple[str, ...]
+    stack: tuple[str, ...] = field(default=())
+
+
+def _union(parts) -> str | None:
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    uniq = list(dict.fromkeys(parts))
+    return uniq[0] if len(uniq) == 1 else "(" + "|".join(uniq) + ")"
+
+
+def _ordered(entries: list[tuple[str, bool]], extra: str | None, sep: str) -> tuple[str | None, bool]:
+    """The regex of the entries written in order, optional ones possibly absent, joined by ``sep``, then any
+    number of ``extra`` entries; and whether the empty sequence is admitted. Linear in size: each optional entry
+    is written twice (after something, or first), never once per possible predecessor."""
+    acc, guaranteed = None, False
+    for regex, required in entries:
+        if acc is None:
+            acc, guaranteed = regex, required
+        elif guaranteed:
+            acc = f"{acc}{sep}{regex}" if required else f"{acc}({sep}{regex})?"
+        else:
+            acc = f"({acc}{sep}{regex}|{regex})" if required else f"({acc}({sep}{regex})?|{regex})"
+            guaranteed = required
+    if extra is not None:
+        more = f"({sep}{extra})*"
+        acc = f"{acc}{more}" if acc is not None and guaranteed else \
+            (f"({acc}{more}|{extra}{more})" if acc is not None else f"{extra}{more}")
+    return acc, not guaranteed
+
+
+class Compiler:
+    """Walks one schema (the root of every ``$ref``) in one style. Regexes are memoised per (node, position)."""
+
+    def __init__(self, root, style: str = "json", *, strict: bool = False, max_recursion: int = 3,
+                 any_depth: int = 2):
+        if style not in ("json", "yaml"):
+            raise ValueError(f"style must be 'json' or 'yaml', not {style!r}")
+        if not isinstance(root, (dict, bool)):
+            raise SchemaError(f"a schema is an object or a boolean, not {type(root).__name__}", pointer="#")
+        self.root, self.style, self.strict = root, style, strict
+        self.max_recursion, self.any_depth = max_recursion, any_depth
+        self._memo: dict = {}
+
+    # ---- normalisation -----------------------------------------------------------------------------------------
+    def resolve_ref(self, ref, pointer: str) -> tuple[object, str]:
+        if not isinstance(ref, str):
+            raise SchemaError(f"$ref must be a string, not {ref!r}", keyword="$ref", pointer=pointer)
+        if not ref.startswith("#"):
+            raise UnsupportedSchemaError(f"$ref {ref!r}: only references inside the schema (#...) are supported",
+                                         keyword="$ref", pointer=pointer)
+        node = self.root
+        path = unquote(ref[1:])
+        if path and not path.startswith("/"):
+            found = self._anchor(self.root, path)
+            if found is None:
+                raise SchemaError(f"$ref {ref!r} names no anchor or $id in the schema", keyword="$ref",
+                                  pointer=pointer)
+            return found
+        for part in path.split("/")[1:]:
+            part = part.replace("~1", "/").replace("~0", "~")
+            try:
+                node = node[int(part)] if isinstance(node, list) else node[part]
+            except (KeyError, IndexError, ValueError, TypeError):
+                raise SchemaError(f"$ref {ref!r} resolves nowhere ({part!r} is missing)", keyword="$ref",
+                                  pointer=pointer) from None
+        return node, "#" + path
+
+    def _anchor(self, node, name: str, pointer: str = "#"):
+        if isinstance(node, dict):
+            if node.get("$anchor") == name or node.get("$id") in (name, "#" + name):
+                return node, pointer
+            items = node.items()
+        elif isinstance(node, list):
+            items = enumerate(node)
+        else:
+            return None
+        for key, child in items:
+            found = self._anchor(child, name, f"{pointer}/{key}")
+            if found:
+                return found
+        return None
+
+    def alternatives(self, schema, pointer: str, stack: tuple[str, ...] = ()) -> list[Alternative]:
+        """The node as a union of merged alternatives ([] if no instance satisfies it)."""
+        if schema is True or schema == {}:
+            # Anything: collections nest at most any_depth levels of "anything" (a tightening, never a loosening).
+            deep = stack.count(_ANY_MARK) >= self.any_depth
+            return [Alternative({}, pointer, _SCALARS if deep else TYPES, stack + (_ANY_MARK,))]
+        if schema is False:
+            return []
+        if not isinstance(schema, dict):
+            raise SchemaError(f"a schema is an object or a boolean, not {json.dumps(schema)[:60]}", pointer=pointer)
+        schema = dict(schema)
+        if "$ref" in schema:
+            target, target_pointer = self.resolve_ref(schema.pop("$ref"), pointer)
+            if stack.count(target_pointer) >= self.max_recursion:
+                return []  # recursion unrolled max_recursion times: deeper instances are not generated
+            stack = stack + (target_pointer,)
+            rest = {k: v for k, v in schema.items() if k not in _ANNOTATIONS}
+            if not rest:
+                return self.alternatives(target, target_pointer, stack)
+            schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in _ANNOTATIONS}}
+        for keyword in schema:
+            if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword]):
+                raise UnsupportedSchemaError(f"{keyword} is not supported", keyword=keyword, pointer=pointer)
+        if "allOf" in schema:
+            parts = schema.pop("allOf")
+            if not isinstance(parts, list) or not parts:
+                raise SchemaError("allOf must be a non-empty array", keyword="allOf", pointer=pointer)
+            alts = self.alternatives(schema, pointer, stack)
+            for i, part in enumerate(parts):
+                part_alts = self.alternatives(part, f"{pointer}/allOf/{i}", stack)
+                alts = [merged for a in alts for b in part_alts if (merged := self._merge(a, b)) is not None]
+            return alts
+        for keyword in ("anyOf", "oneOf"):
+            if keyword in schema:
+                branches = schema.pop(keyword)
+                if not isinstance(branches, list) or not branches:
+                    raise SchemaError(f"{keyword} must be a non-empty array", keyword=keyword, pointer=pointer)
+                base = self.alternatives(schema, pointer, stack)
+                alts = []
+                for i, branch in enumerate(branches):
+                    branch_alts = self.alternatives(branch, f"{pointer}/{keyword}/{i}", stack)
+                    alts += [m for a in base for b in branch_alts if (m := self._merge(a, b)) is not None]
+                if keyword == "oneOf" and len(alts) > 1:
+                    self._check_disjoint(alts, pointer)
+                return alts
+        return [Alternative(schema, pointer, self._types(schema, pointer), stack)]
+
+    @staticmethod
+    def _trivial(keyword: str, value) -> bool:
+        """Keywords whose value constrains nothing."""
+        return ((keyword == "uniqueItems" and value is False) or (keyword == "minProperties" and value == 0)
+                or (keyword in ("patternProperties", "dependentRequired", "dependentSchemas", "dependencies")
+                    and value == {}))
+
+    def _types(self, schema: dict, pointer: str) -> tuple[str, ...]:
+        declared = schema.get("type")
+        if declared is None:
+            # No type: the keywords present say which types the schema is about; with none, every type.
+            implied = [t for t in TYPES if t != "integer" and _BY_TYPE.get(t, set()) & schema.keys()]
+            types = implied or list(TYPES)
+        else:
+            types = [declared] if isinstance(declared, str) else declared
+            if not isinstance(types, list) or any(t not in TYPES for t in types):
+                raise SchemaError(f"type must be one of {TYPES} or a list of them, not {declared!r}", keyword="type",
+                                  pointer=pointer)
+        if schema.get("nullable") is True:
+            types = list(types) + ["null"]
+        if "number" in types:  # a number's texts include the integers'
+            types = [t for t in types if t != "integer"]
+        return tuple(dict.fromkeys(types))
+
+    def _merge(self, a: Alternative, b: Alternative) -> Alternative | None:
+        """The alternative satisfying both (None if none can), for allOf and for distributing anyOf/oneOf."""
+        sa, sb = a.schema, b.schema
+        types = [t for t in a.types if t in b.types or (t == "integer" and "number" in b.types)] + \
+            [t for t in b.types if t == "integer" and "number" in a.types and t not in a.types]
+        if not types:
+            return None
+        merged = dict(sa)
+        merged.pop("type", None)
+        merged.pop("nullable", None)
+        where = b.pointer
+        for key, value in sb.items():
+            if key in ("type", "nullable", "properties", "additionalProperties") or key in _ANNOTATIONS:
+                continue
+            if key not in merged:
+                merged[key] = value
+            elif merged[key] == value:
+                continue
+            elif key in ("minLength", "minItems", "minimum", "exclusiveMinimum") and \
+                    not isinstance(value, bool) and not isinstance(merged[key], bool):
+                merged[key] = max(merged[key], value)
+            elif key in ("maxLength", "maxItems", "maximum", "exclusiveMaximum") and \
+                    not isinstance(value, bool) and not isinstance(merged[key], bool):
+                merged[key] = min(merged[key], value)
+            elif key == "required":
+                merged[key] = list(dict.fromkeys(list(merged[key]) + list(value)))
+            elif key in ("enum", "const"):
+                mine = merged[key] if key == "enum" else [merged[key]]
+                theirs = value if key == "enum" else [value]
+                both = [v for v in mine if any(_json_equal(v, w) for w in theirs)]
+                if not both:
+                    return None
+                merged.pop(key)
+                merged["enum"] = both if "enum" not in merged else \
+                    [v for v in both if any(_json_equal(v, w) for w in merged["enum"])]
+            elif key in ("items", "prefixItems", "additionalItems"):
+                continue  # below: item i of the merge satisfies item i of both sides
+            else:
+                raise UnsupportedSchemaError(f"allOf/anyOf combining two different {key!r} values",
+                                             keyword=key, pointer=where)
+        if any(k in sa for k in _ITEMS) and any(k in sb for k in _ITEMS):
+            merged.update(self._merge_items(sa, sb))
+        if "properties" in sa or "properties" in sb:
+            merged["properties"] = self._merge_properties(sa, sb)
+        if "additionalProperties" in sa and "additionalProperties" in sb:
+            merged["additionalProperties"] = {"allOf": [sa["additionalProperties"], sb["additionalProperties"]]}
+        merged["type"] = list(dict.fromkeys(types))
+        return Alternative(merged, a.pointer, tuple(dict.fromkeys(types)), a.stack + tuple(
+            p for p in b.stack if p not in a.stack))
+
+    @staticmethod
+    def _merge_items(sa: dict, sb: dict) -> dict:
+        """Item i of a merged array satisfies each side's schema for position i (its prefix slot, or its items)."""
+        def slots(sch: dict) -> tuple[list, object]:
+            items, prefix = sch.get("items", True), sch.get("prefixItems", [])
+            return (items, sch.get("additionalItems", True)) if isinstance(items, list) else (prefix, items)
+
+        (pa, ra), (pb, rb) = slots(sa), slots(sb)
+        both = lambda x, y: x if y is True else y if x is True else {"allOf": [x, y]}  # noqa: E731
+        prefix = [both(pa[i] if i < len(pa) else ra, pb[i] if i < len(pb) else rb) for i in range(max(len(pa), len(pb)))]
+        return {"prefixItems": prefix, "items": both(ra, rb)}
+
+    @staticmethod
+    def _merge_properties(sa: dict, sb: dict) -> dict:
+        """A key declared on one side only is, on the other side, an additional property: both constrain it."""
+        pa, pb = sa.get("properties", {}), sb.get("properties", {})
+        out = {}
+        for key in list(pa) + [k for k in pb if k not in pa]:
+            left = pa.get(key, sa.get("additionalProperties", True))
+            right = pb.get(key, sb.get("additionalProperties", True))
+            out[key] = left if right is True else right if left is True else {"allOf": [left, right]}
+        return out
+
+    def _check_disjoint(self, alts: list[Alternative], pointer: str) -> None:
+        """oneOf is the union of its branches only when no instance satisfies two of them. A pair is disjoint
+        when their merge (the schema of instances satisfying both) has no text; branches of scalar types only
+        (one text per value) are compared on their automata instead when they cannot be merged (two patterns)."""
+        from automata import from_regex
+
+        for i in range(len(alts)):
+            for j in range(i + 1, len(alts)):
+                a, b = alts[i], alts[j]
+                try:
+                    both = self._merge(a, b)
+                    overlap = both is not None and _union(self.typed(both, t, TOP) for t in both.types) is not None
+                except UnsupportedSchemaError:
+                    if not set(a.types + b.types) <= set(_SCALARS + ("integer",)):
+                        raise UnsupportedSchemaError(f"oneOf branches {i} and {j} are not provably disjoint",
+                                                     keyword="oneOf", pointer=pointer) from None
+                    ra, rb = (_union(self.typed(x, t, TOP) for t in x.types) for x in (a, b))
+                    overlap = ra is not None and rb is not None and not \
+                        from_regex(ra).intersect(from_regex(rb)).is_empty()
+                if overlap:
+                    raise UnsupportedSchemaError(
+                        f"oneOf branches {i} and {j} overlap (an instance can satisfy both)", keyword="oneOf",
+                        pointer=pointer)
+
+    # ---- regexes -----------------------------------------------------------------------------------------------
+    def value(self, schema, pointer: str, pos: Position, stack: tuple[str, ...] = ()) -> str | None:
+        """The regex of the texts of every instance of ``schema`` written at ``pos`` (None: no instance)."""
+        key = (pointer, pos, stack, id(schema))
+        if key not in self._memo:
+            self._memo[key] = (schema, _union(self.typed(alt, t, pos) for alt in self.alternatives(schema, pointer,
+                                                                                                   stack)
+                                              for t in alt.types))
+        return self._memo[key][1]
+
+    def typed(self, alt: Alternative, type_: str, pos: Position) -> str | None:
+        s, p = alt.schema, alt.pointer
+        if "enum" in s or "const" in s:
+            return self._enum(alt, type_, pos)
+        lead = pos.scalar_lead() if self.style == "yaml" else ""
+        if type_ == "null":
+            return lead + "null"
+        if type_ == "boolean":
+            return lead + "(true|false)"
+        if type_ in ("integer", "number"):
+            return self._number(s, p, type_, lead)
+        if type_ == "string":
+            return self._string(s, p, lead)
+        if type_ == "array":
+            return self._array(alt, pos)
+        return self._object(alt, pos)
+
+    def _enum(self, alt: Alternative, type_: str, pos: Position) -> str | None:
+        values = alt.schema["enum"] if "enum" in alt.schema else [alt.schema["const"]]
+        if not isinstance(values, list):
+            raise SchemaError("enum must be an array", keyword="enum", pointer=alt.pointer)
+        texts = [write_value(v, self.style, pos) for v in values if _json_type(v, type_)
+                 and _satisfies_scalar_keywords(v, alt.schema)]
+        return _union(literal(t) for t in texts)
+
+    def _number(self, s: dict, p: str, type_: str, lead: str) -> str | None:
+        lo, hi, lo_x, hi_x = None, None, False, False
+        for keyword, upper in (("minimum", False), ("maximum", True), ("exclusiveMinimum", False),
+                               ("exclusiveMaximum", True)):
+            value = s.get(keyword)
+            if value is None or isinstance(value, bool):
+                continue  # draft 4's boolean exclusive* modify minimum/maximum, below
+            exclusive = keyword.startswith("exclusive") or s.get("exclusive" + keyword.capitalize()) is True
+            if type_ == "integer":
+                if not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise SchemaError(f"{keyword} must be a finite number, not {value!r}", keyword=keyword, pointer=p)
+                bound = (math.floor(value) - (exclusive and value == math.floor(value))) if upper else \
+                    (math.ceil(value) + (exclusive and value == math.ceil(value)))
+                exclusive = False
+            else:
+                bound = lexical.integral_bound(value, keyword, p, upper=upper)
+            if upper and (hi is None or bound < hi or (bound == hi and exclusive)):
+                hi, hi_x = bound, exclusive
+            if not upper and (lo is None or bound > lo or (bound == lo and exclusive)):
+                lo, lo_x = bound, exclusive
+        if type_ == "integer":
+            regex = lexical.integer_regex(lo, hi)
+        else:
+            regex = lexical.number_regex(lo, hi, lo_exclusive=lo_x, hi_exclusive=hi_x, style=self.style)
+        return None if regex is None else lead + regex
+
+    def _string(self, s: dict, p: str, lead: str) -> str | None:
+        lo, hi = _count(s, "minLength", 0, p), _count(s, "maxLength", None, p)
+        if hi is not None and hi < lo:
+            return None
+        pattern, fmt = s.get("pattern"), s.get("format")
+        fmt_regex = lexical.format_regex(fmt) if isinstance(fmt, str) else None
+        if pattern is not None and (fmt_regex is not None or lo > 0 or hi is not None):
+            raise UnsupportedSchemaError("pattern together with a length bound or a format", keyword="pattern",
+                                         pointer=p)
+        if pattern is not None:
+            body = lexical.pattern_regex(pattern, self.style, p)
+        elif fmt_regex is not None:
+            if lo > 0 or hi is not None:
+                raise UnsupportedSchemaError(f"format {fmt!r} together with a length bound", keyword="format",
+                                             pointer=p)
+            body = fmt_regex  # formats use no character the layout escapes
+        elif self.style == "yaml" and not yaml_always_quoted(s):
+            return lead + _union([lexical.plain_regex(), '"' + lexical.not_plain_body("yaml") + '"'])
+        else:
+            body = lexical.free_string_body(self.style, lo, hi)
+        return f'{lead}"{body}"'
+
+    def _array(self, alt: Alternative, pos: Position) -> str | None:
+        s, p = alt.schema, alt.pointer
+        lo, hi = _count(s, "minItems", 0, p), _count(s, "maxItems", None, p)
+        items, prefix = s.get("items", True), s.get("prefixItems", [])
+        if isinstance(items, list):  # drafts 4 to 2019-09: an array of items is prefixItems
+            prefix, items = items, s.get("additionalItems", True)
+        if self.style == "json":
+            lead, sep, dash, inner = "", ", ", "", pos
+        else:
+            lead, sep, column = pos.block()
+            dash, inner = "-", Position("item", column)
+        slots = [self.value(sub, f"{p}/prefixItems/{i}", inner, alt.stack) for i, sub in enumerate(prefix)]
+        rest = self.value(items, f"{p}/items", inner, alt.stack)
+        most = math.inf if hi is None else hi  # the longest list any instance can have
+        for i, slot in enumerate(slots):
+            if slot is None:
+                most = min(most, i)
+                break
+        if rest is None:
+            most = min(most, len(slots))
+        if lo > most:
+            return None
+        nonempty = None
+        if most >= 1:
+            # after[k]: the text after item k, each further item written with its separator; built from the end.
+            m = max(len(slots), 1)
+            after = ""
+            if most > m:
+                item = f"{sep}{dash}{rest}"
+                after = lexical.repeat(item, max(0, lo - m), None if most == math.inf else most - m)
+            for k in range(m - 1, 0, -1):
+                if k >= most:
+                    after = ""
+                    continue
+                piece = f"{sep}{dash}{slots[k]}{after}"  # slots[k] is item k + 1
+                after = piece if k < lo else f"({piece})?"
+            first = slots[0] if slots else rest
+            nonempty = f"{dash}{first}{after}"
+        if self.style == "json":
+            return _union([f"\\[{nonempty}\\]" if nonempty else None, "\\[\\]" if lo == 0 else None])
+        return _union([f"{lead}{nonempty}" if nonempty else None, pos.scalar_lead() + "\\[\\]" if lo == 0 else None])
+
+    def _object(self, alt: Alternative, pos: Position) -> str | None:
+        s, p = alt.schema, alt.pointer
+        props = s.get("properties", {})
+        if not isinstance(props, dict):
+            raise SchemaError("properties must be an object", keyword="properties", pointer=p)
+        required = s.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise SchemaError("required must be an array of strings", keyword="required", pointer=p)
+        additional = s.get("additionalProperties", False if self.strict else True)
+        props = dict(props)
+        for name in required:  # a required key that is not declared is an additional one, declared here
+            if name not in props:
+                props[name] = additional
+        if self.style == "json":
+            lead, sep, inner = "", ", ", pos
+        else:
+            lead, sep, column = pos.block()
+            inner = Position("key", column)
+        entries = []
+        for name, sub in props.items():
+            value = self.value(sub, f"{p}/properties/{_escape_pointer(name)}", inner, alt.stack)
+            if value is None:
+                if name in required:
+                    return None
+                continue
+            entries.append((literal(write_key(name, self.style)) + value, name in required))
+        extra = None
+        if additional is not False:
+            value = self.value(additional, f"{p}/additionalProperties", inner, alt.stack)
+            if value is not None:
+                extra = self._other_key(list(props)) + value
+        body, empty_ok = _ordered(entries, extra, sep)
+        if self.style == "json":
+            return _union([f"\\{{{body}\\}}" if body else None, "\\{\\}" if empty_ok else None])
+        return _union([f"{lead}{body}" if body else None, pos.scalar_lead() + "\\{\\}" if empty_ok else None])
+
+    def _other_key(self, declared: list[str]) -> str:
+        """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
+        return '"' + _string_except(declared, self.style) + ('": ' if self.style == "json" else '":')
+
+
+def _string_except(words: list[str], style: str) -> str:
+    """The written characters of any string except ``words``: walk the words' trie; a string leaves it at some
+    character, or ends on a node that is no word."""
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for c in word:
+            node = node.setdefault(c, {})
+        node[""] = {}
+    any_ = f"({spelled(ANY, style)})*"
+
+    def walk(node: dict) -> str:
+        children = CharSet.chars("".join(c for c in node if c))
+        alts = [] if "" in node else [""]
+        others = ANY - children
+        if others:
+            alts.append(spelled(others, style) + any_)
+        alts += [literal(escape_of(c, style)) + walk(child) for c, child in sorted(node.items()) if c]
+        return "(" + "|".join(alts) + ")"
+
+    return walk(trie)
+
+
+def _count(schema: dict, keyword: str, default, pointer: str):
+    """A length or item count bound: a non-negative integer (``2.0`` is 2)."""
+    value = schema.get(keyword, default)
+    if value is default:
+        return value
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or value != int(value):
+        raise SchemaError(f"{keyword} must be a non-negative integer, not {value!r}", keyword=keyword,
+                          pointer=pointer)
+    return int(value)
+
+
+def yaml_always_quoted(schema: dict) -> bool:
+    """Whether a YAML string of this schema is double-quoted even where it is plain-safe: strings with a length
+    bound, a pattern or a known format (a regex could not split their plain and quoted forms), and strings of
+    schemas that constrain nothing (``true``, ``{}``: keeps the regex of "any value" small)."""
+    fmt = schema.get("format")
+    return (schema.get("minLength", 0) > 0 or schema.get("maxLength") is not None or "pattern" in schema
+            or (isinstance(fmt, str) and lexical.format_regex(fmt) is not None)
+            or not (schema.keys() - _ANNOTATIONS))
+
+
+def _escape_pointer(name: str) -> str:
+    return name.replace("~", "~0").replace("/", "~1")
+
+
+def _json_equal(a, b) -> bool:
+    """Equality of JSON values (``1 == 1.0``, but ``True != 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_json_equal, a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    return a == b
+
+
+def _json_type(value, type_: str) -> bool:
+    if type_ == "null":
+        return value is None
+    if type_ == "boolean":
+        return isinstance(value, bool)
+    if type_ == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_ == "string":
+        return isinstance(value, str)
+    if type_ == "array":
+        return isinstance(value, list)
+    return isinstance(value, dict)
+
+
+def _satisfies_scalar_keywords(value, schema: dict) -> bool:
+    """Enum values must satisfy the node's other keywords too; the scalar ones are checked here, and object or
+    array keywords beside an enum are refused by the caller's keyword check (they are rare)."""
+    if isinstance(value, str):
+        if len(value) < schema.get("minLength", 0) or len(value) > schema.get("maxLength", math.inf):
+            return False
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < schema.get("minimum", -math.inf) or value > schema.get("maximum", math.inf):
+            return False
+        ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
+        if isinstance(ex_lo, (int, float)) and not isinstance(ex_lo, bool) and value <= ex_lo:
+            return False
+        if isinstance(ex_hi, (int, float)) and not isinstance(ex_hi, bool) and value >= ex_hi:
+            return False
+    return True
+
+
+def schema_regex(schema, style: str = "json", *, strict: bool = False, max_recursion: int = 3,
+                 any_depth: int = 2) -> str:
+    """The regex (``re.fullmatch`` semantics) of the texts of all instances of ``schema`` in the layout of
+    ``style``. ``schema`` is a dict, a JSON string, or a class with ``model_json_schema()`` (pydantic)."""
+    compiler = Compiler(load_schema(schema), style, strict=strict, max_recursion=max_recursion, any_depth=any_depth)
+    regex = compiler.value(compiler.root, "#", TOP)
+    if regex is None:
+        raise SchemaError("no instance satisfies the schema", pointer="#")
+    return regex
+
+
+def load_schema(schema):
+    """A schema given as a dict/bool, a JSON string, or a pydantic-style model class."""
+    if hasattr(schema, "model_json_schema"):
+        schema = schema.model_json_schema()
+    if isinstance(schema, (str, bytes)):
+        try:
+            schema = json.loads(schema)
+        except ValueError as exc:
+            raise SchemaError(f"the schema is not valid JSON: {exc}") from None
+    if not isinstance(schema, (dict, bool)):
+        raise SchemaError(f"a schema is an object or a boolean, not {type(schema).__name__}", pointer="#")
+    return schema
