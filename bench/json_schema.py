@@ -28,9 +28,12 @@ bug or a malformed schema), or ran out of time or memory. Mask times: every step
 exactly one bit set (popcount taken outside the timing). Invalid instances are checked, not timed.
 
 Isolation: every engine runs in its own worker process (spawned, one at a time: engines never share the two
-cores). A schema gets ``--timeout`` seconds of wall time for everything it does in a worker (compiles, checks,
-walks) and the worker ``--memory-limit`` GB of RSS; past either it is killed, the schema recorded as a
-timeout/memory outcome and a fresh worker started for the next schema. Results: a printed table per engine
+cores). A schema's first compile gets ``--timeout`` seconds of wall time, and what follows it (warm compiles,
+checks, walks) ``(--repeats + 2) x --timeout``; a worker gets ``--memory-limit`` GB of RSS. Past either it is
+killed, the schema recorded as a timeout/memory outcome and a fresh worker started for the next schema. Each
+valid instance is walked ``--repeats`` times with fresh guides (canonmerge: the warm compile's, the cold one's,
+then further warm compiles) or fresh matchers (peers), and a step's time is its median over the walks: this
+shared machine's rare multi-millisecond stalls would otherwise decide the p99. Results: a printed table per engine
 (all its schemas, then the schemas every engine covered) and ``bench/results/json_schema.json`` (``--out``)
 with the table and every schema's outcome per engine.
 
@@ -238,8 +241,9 @@ def _make_engine(name: str, tokenizer: str, peer_layout: str):
     return _PeerEngine(name, tokenizer, runtime, peer_layout)
 
 
-def _run_schema(engine, path: str) -> dict:
-    """Compile one MaskBench file's schema, check its instances, walk its valid ones. Everything but timings."""
+def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -> dict:
+    """Compile one MaskBench file's schema, check its instances, walk its valid ones ``repeats`` times (fresh
+    guides or matchers each time; each step's time is its median over the walks)."""
     import torch
 
     record = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -256,17 +260,23 @@ def _run_schema(engine, path: str) -> dict:
             result["traceback"] = traceback.format_exc(limit=-3)[-1500:]
         return result
     result["compile_ms"] = (time.perf_counter() - t0) * 1e3
+    compiled_signal()
     if isinstance(engine, _CanonmergeEngine):
-        t0 = time.perf_counter()
-        compiled = engine.compile(schema)
-        result["compile_warm_ms"] = (time.perf_counter() - t0) * 1e3
-        words = compiled.num_words
+        # Fresh guides for the walks (a guide caches the masks it computed): the warm compile's, then the cold
+        # one's (untouched so far: acceptance checks read rows, not masks), then more warm compiles.
+        guides, warm_ms = [compiled], []
+        while len(guides) < max(repeats, 2):
+            t0 = time.perf_counter()
+            guides.append(engine.compile(schema))
+            warm_ms.append((time.perf_counter() - t0) * 1e3)
+        guides = (guides[1:2] + guides[:1] + guides[2:])[:repeats]
+        result["compile_warm_ms"] = float(np.median(warm_ms))
+        words = guides[0].num_words
     else:
+        guides = [compiled] * repeats  # the peers' walks start a fresh matcher from the compiled grammar
         words = (engine.vocab_size + 31) // 32
     out = torch.zeros((1, words), dtype=torch.int32)
-    valid, invalid, roundtrip_failures, mismatches = [], [], 0, 0
-    times: list[int] = []
-    steps = forced = 0
+    valid, invalid, walks, roundtrip_failures = [], [], [], 0
     for test in tests:
         data = test["data"]
         text = engine.text(data, schema)
@@ -277,18 +287,31 @@ def _run_schema(engine, path: str) -> dict:
             roundtrip_failures += 1
         ids = engine.runtime.encode(text, add_special_tokens=False).ids
         if isinstance(engine, _CanonmergeEngine):
-            accepted = engine.accepts(compiled, ids)
+            accepted = engine.accepts(guides[0], ids)
         else:
             accepted = engine.accepts(compiled, ids, out)
         if test["valid"]:
             valid.append(accepted)
-            walked, n, f = engine.walk(compiled, ids, out, times)
-            steps, forced = steps + n, forced + f
-            mismatches += walked != accepted  # the masks and the acceptance check disagree: a bug
+            walks.append(ids)
         else:
             invalid.append(not accepted)
+    runs: list[list[int]] = []
+    steps = forced = mismatches = 0
+    for i, guide in enumerate(guides):
+        times: list[int] = []
+        for ids, accepted in zip(walks, valid):
+            walked, n, f = engine.walk(guide, ids, out, times)
+            if i == 0:
+                steps, forced = steps + n, forced + f
+                mismatches += walked != accepted  # the masks and the acceptance check disagree: a bug
+        runs.append(times)
+    if len({len(r) for r in runs}) == 1:
+        mask_ns = np.median(np.asarray(runs, dtype=np.float64), axis=0).tolist() if runs[0] else []
+    else:  # walks of the same tokens that took different numbers of steps: keep them all, and say so
+        mask_ns = [t for r in runs for t in r]
+        result["unequal_walks"] = [len(r) for r in runs]
     result.update({"valid": valid, "invalid_rejected": invalid, "steps": steps, "forced": forced,
-                   "mask_ns": times})
+                   "mask_ns": mask_ns})
     if roundtrip_failures:
         result["roundtrip_failures"] = roundtrip_failures
     if mismatches:
@@ -296,7 +319,7 @@ def _run_schema(engine, path: str) -> dict:
     return result
 
 
-def _worker(conn, name: str, tokenizer: str, peer_layout: str, cache_dir: str | None) -> None:
+def _worker(conn, name: str, tokenizer: str, peer_layout: str, cache_dir: str | None, repeats: int) -> None:
     """A worker process: build the engine once, then answer one schema path at a time."""
     if cache_dir:
         os.environ["CANONMERGE_CACHE_DIR"] = cache_dir
@@ -315,7 +338,7 @@ def _worker(conn, name: str, tokenizer: str, peer_layout: str, cache_dir: str | 
         if message is None:
             return
         try:
-            conn.send(("result", _run_schema(engine, message)))
+            conn.send(("result", _run_schema(engine, message, repeats, lambda: conn.send(("compiled", None)))))
         except Exception as exc:  # an error outside compile (formatting, walking): a failure of this schema
             conn.send(("result", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500],
                                   "traceback": traceback.format_exc(limit=-3)[-1500:]}))
@@ -334,8 +357,9 @@ class _Worker:
 
     SETUP_TIMEOUT_S = 300
 
-    def __init__(self, name: str, tokenizer: str, peer_layout: str, cache_dir: str | None, memory_limit: float):
-        self.args = (name, tokenizer, peer_layout, cache_dir)
+    def __init__(self, name: str, tokenizer: str, peer_layout: str, cache_dir: str | None, memory_limit: float,
+                 repeats: int):
+        self.args = (name, tokenizer, peer_layout, cache_dir, repeats)
         self.memory_limit = memory_limit
         self.process = None
         self.setup_s: list[float] = []
@@ -373,12 +397,19 @@ class _Worker:
                 self.stop()
                 return ("timeout", f"no result within {timeout:g} s")
 
-    def run(self, path: str, timeout: float) -> dict:
+    def run(self, path: str, timeout: float, after_compile: float) -> dict:
+        """One schema: ``timeout`` seconds for the first compile, then ``after_compile`` for the rest."""
         if self.process is None:
             self._start()
         t0 = time.perf_counter()
         self.conn.send(path)
         kind, payload = self._wait(timeout)
+        if kind == "compiled":
+            kind, payload = self._wait(after_compile)
+            if kind == "timeout":
+                payload = f"compiled, but the checks and walks took more than {after_compile:g} s"
+        elif kind == "timeout":
+            payload = f"no compile within {timeout:g} s"
         wall_s = time.perf_counter() - t0
         if kind == "result":
             payload["wall_s"] = wall_s
@@ -502,12 +533,12 @@ def run(args) -> dict:
     info: dict[str, dict] = {}
     for engine in engines:
         cold = _cold_cache_dir() if engine in CANONMERGE_ENGINES else None
-        worker = _Worker(engine, args.tokenizer, args.peer_layout, cold, args.memory_limit)
+        worker = _Worker(engine, args.tokenizer, args.peer_layout, cold, args.memory_limit, args.repeats)
         outcomes[engine] = {}
         t0 = time.perf_counter()
         try:
             for i, (name, path) in enumerate(zip(names, files)):
-                outcomes[engine][name] = worker.run(str(path), args.timeout)
+                outcomes[engine][name] = worker.run(str(path), args.timeout, args.timeout * (args.repeats + 2))
                 r = outcomes[engine][name]
                 if r["status"] not in ("ok", "refused") and args.verbose:
                     print(f"  {engine} {name}: {r['status']}: {r.get('error', '')[:200]}", flush=True)
@@ -524,30 +555,54 @@ def run(args) -> dict:
               f"invalid rejected {row['invalid_rejected']}/{row['invalid']}, compile p50 "
               f"{_fmt(row['compile_ms_p50'], ' ms', 2)}, mask mean {_fmt(row['mask_us_mean'], ' µs')} "
               f"({info[engine]['wall_s']:.0f} s)", flush=True)
-    common = [n for n in names if all(outcomes[e][n]["status"] == "ok" for e in engines)]
+        save(assemble(args, names, outcomes, info), args.out)  # a run cut short keeps the engines it finished
+    return assemble(args, names, outcomes, info)
+
+
+def assemble(args, names: list[str], outcomes: dict[str, dict[str, dict]], info: dict[str, dict]) -> dict:
+    """The results of the engines run so far: tables, breakdowns, and per-schema outcomes (mask times
+    summarised per schema rather than kept step by step)."""
+    engines = list(outcomes)
+    done = [n for n in names if all(n in outcomes[e] for e in engines)]
+    common = [n for n in done if all(outcomes[e][n]["status"] == "ok" for e in engines)]
     table = {e: summarize(outcomes[e]) for e in engines}
     common_table = {e: summarize(outcomes[e], set(common)) for e in engines}
+    by_split = {e: {split: f"{sum(r['status'] == 'ok' for n, r in outcomes[e].items() if n.startswith(split + '---'))}"
+                           f"/{sum(n.startswith(split + '---') for n in outcomes[e])}"
+                    for split in dict.fromkeys(n.split("---", 1)[0] for n in names)} for e in engines}
     refusals = {e: dict(Counter(str(r.get("keyword")) for r in outcomes[e].values() if r["status"] == "refused")
                         .most_common()) for e in engines}
     errors = {e: dict(Counter(f"{r['error'].split(':', 1)[0]} ({r.get('keyword', '')})"
                               for r in outcomes[e].values() if r["status"] in ("error", "failed")).most_common())
               for e in engines}
-    for e in engines:  # per-schema records keep their summary numbers, not every mask time
-        for r in outcomes[e].values():
+    kept: dict[str, dict[str, dict]] = {}
+    for e in engines:
+        kept[e] = {}
+        for name, r in outcomes[e].items():
+            r = dict(r)
             times = r.pop("mask_ns", None)
             if times:
                 r["mask_us_mean"] = float(np.mean(times)) / 1e3
                 r["mask_us_max"] = float(np.max(times)) / 1e3
+            kept[e][name] = r
     return {
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
+                    "load_average_at_end": os.getloadavg()},
         "options": {"tokenizer": args.tokenizer, "split": args.split, "limit": args.limit, "seed": args.seed,
                     "timeout_s": args.timeout, "memory_limit_gb": args.memory_limit,
-                    "peer_layout": args.peer_layout, "engines": engines},
+                    "peer_layout": args.peer_layout, "repeats": args.repeats, "engines": engines},
         "versions": _versions(),
         "engines": info, "table": table, "common_schemas": len(common), "common_table": common_table,
-        "refusals_by_keyword": refusals,
-        "errors_by_type": errors, "schemas": names, "outcomes": outcomes,
+        "coverage_by_split": by_split, "refusals_by_keyword": refusals, "errors_by_type": errors,
+        "schemas": names, "outcomes": kept,
     }
+
+
+def save(results: dict, out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    tmp.replace(out)
 
 
 def _versions() -> dict:
@@ -567,6 +622,8 @@ def report(results: dict) -> None:
     print_table(f"{o['tokenizer']}: all {len(results['schemas'])} schemas", results["table"])
     print_table(f"{o['tokenizer']}: the {results['common_schemas']} schemas every engine covered",
                 results["common_table"])
+    print("\nCoverage by split: " + "; ".join(f"{e} " + ", ".join(f"{k} {v}" for k, v in splits.items())
+                                           for e, splits in results["coverage_by_split"].items()))
     print("\nInstance layouts:")
     for engine, info in results["engines"].items():
         print(f"  {engine}: {info['layout']}")
@@ -591,8 +648,11 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=100, help="schemas per split (0: all)")
     parser.add_argument("--seed", type=int, default=None,
                         help="sample --limit schemas per split at random with this seed (default: the first ones)")
-    parser.add_argument("--timeout", type=float, default=20.0, help="seconds per schema per engine")
+    parser.add_argument("--timeout", type=float, default=10.0,
+                        help="seconds for a schema's first compile (then (repeats + 2) x this for the rest)")
     parser.add_argument("--memory-limit", type=float, default=6.0, help="GB of RSS per engine worker")
+    parser.add_argument("--repeats", type=int, default=3,
+                        help="walks of each valid instance (fresh guide or matcher each); a step's time is the median")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--peer-layout", default="compact", choices=sorted(PEER_LAYOUTS),
                         help="the peers' instance text: compact (',' ':') or spaced (', ' ': ')")
@@ -603,10 +663,7 @@ def main() -> None:
         args.limit = None
     results = run(args)
     report(results)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(results, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    tmp.replace(args.out)
+    save(results, args.out)
     print(f"wrote {args.out}")
 
 
