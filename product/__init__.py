@@ -1,20 +1,26 @@
 """Constraints intersected with the canonical automaton: token-level regex automata, guides, masks.
 
-Public: ``compile_regex``, ``Guide``, ``TokenTransitions``, ``InvalidTokenError``; for torch: ``apply_bitmask``,
-``LogitsProcessor``, ``generate``, ``Generation`` (imported on first use: torch and transformers take ~3 s to
-import, which mask-only users need not pay).
+Public: ``compile_regex``, ``Guide``, ``TokenTransitions``, ``InvalidTokenError``; for serving engines: ``Matcher``,
+``fill_next_token_bitmasks``, ``RollbackError``, ``allocate_token_bitmask`` (docs/serving.md); for torch:
+``apply_bitmask``, ``LogitsProcessor``, ``generate``, ``Generation`` (imported on first use: torch and
+transformers take ~3 s to import, which mask-only users need not pay).
 """
 
 from product.guide import Guide, InvalidTokenError, compile_regex
+from product.matcher import Matcher, RollbackError, allocate_token_bitmask, fill_next_token_bitmasks
 from product.token_regex import TokenTransitions
 
 __all__ = ["compile_regex", "Guide", "TokenTransitions", "InvalidTokenError", "apply_bitmask", "LogitsProcessor",
-           "generate", "Generation"]
+           "generate", "Generation", "Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks"]
 
 _TORCH_API = ("apply_bitmask", "LogitsProcessor", "generate", "Generation")
 
 
 def __getattr__(name: str):
+    if name == "apply_bitmask":  # torch only: engines applying masks need not import transformers
+        from product._mask_kernel import apply_bitmask
+
+        return apply_bitmask
     if name in _TORCH_API:
         from product import generation
 

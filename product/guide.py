@@ -97,18 +97,19 @@ def vocabulary_trie(canonical: CanonicalAutomaton) -> VocabularyTrie:
 
 def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                   max_states: int = 100_000, max_transitions: int = 50_000_000,
-                  cache_size: int = 4096) -> "Guide":
+                  cache_size: int = 4096, name: str | None = None) -> "Guide":
     """The guide of the strings ``re.fullmatch(pattern, ·)`` accepts, tokenized canonically for ``canonical``'s
     tokenizer (or in any way, with ``canonical_only=False``).
 
     Errors: ``RegexError`` (syntax interegular cannot parse or does not support), ``EmptyLanguageError`` (no
     string matches, or none has a tokenization over this vocabulary), ``StateLimitError`` (the regex DFA or the
     product exceeds ``max_states`` nodes, or the token transitions exceed ``max_transitions`` entries).
+    ``name`` (default: the pattern) names the guide in its errors.
     """
     dfa = from_regex(pattern, max_states=max_states)
     transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
     return Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states,
-                 cache_size=cache_size, name=pattern)
+                 cache_size=cache_size, name=pattern if name is None else name)
 
 
 class Guide:

@@ -41,5 +41,6 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     from product import compile_regex
 
     regex = schema_regex(schema, style, strict=strict, max_recursion=max_recursion, any_depth=any_depth)
+    name = schema.get("title", "schema") if isinstance(schema, dict) else "schema"
     return compile_regex(regex, canonical, canonical_only=canonical_only, max_states=max_states,
-                         max_transitions=max_transitions, cache_size=cache_size)
+                         max_transitions=max_transitions, cache_size=cache_size, name=f"{name} ({style})")

@@ -19,7 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-__all__ = ["CharSet", "ANY", "ESCAPED", "escape_of", "spelled", "literal", "alternation", "class_regex"]
+__all__ = ["CharSet", "ANY", "ESCAPED", "escape_of", "spelled", "literal", "alternation", "class_regex",
+           "word_trie"]
 
 _MAX = 0x10FFFF
 _SURROGATES = (0xD800, 0xDFFF)
@@ -167,16 +168,21 @@ def _ranges(charset: CharSet) -> str:
     return "".join(parts)
 
 
+def word_trie(words) -> dict:
+    """The trie of ``words``: nested dicts keyed by character; the key ``""`` marks the end of a word."""
+    trie: dict = {}
+    for word in words:
+        node = trie
+        for c in word:
+            node = node.setdefault(c, {})
+        node[""] = {}
+    return trie
+
+
 def alternation(texts) -> str:
     """A compact regex matching exactly the given strings: a trie whose sibling leaves share one class
     (``\\u001[0-9a-f]`` rather than sixteen alternatives)."""
-    trie: dict = {}
-    for text in texts:
-        node = trie
-        for c in text:
-            node = node.setdefault(c, {})
-        node[""] = {}
-    return _trie_regex(trie)
+    return _trie_regex(word_trie(texts))
 
 
 def _trie_regex(node: dict) -> str:

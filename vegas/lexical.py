@@ -23,28 +23,32 @@ import math
 import re
 from functools import lru_cache
 
-from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled
+from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 
-__all__ = ["integer_regex", "number_regex", "quoted_regex", "plain_regex", "is_plain_safe", "format_regex",
+__all__ = ["integer_regex", "number_regex", "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe",
+           "format_regex", "repeat", "integral_bound",
            "pattern_regex", "YAML_SPECIAL_WORDS", "FORMATS"]
 
 # ---- numbers ---------------------------------------------------------------------------------------------------
 
 _NAT = "(0|[1-9][0-9]*)"
 _FRACTION = r"\.([0-9]*[1-9]|0)"  # no redundant trailing zero: 1.5, 1.0, never 1.50
-_EXP_DIGITS = "[0-9]{2,3}"  # repr writes at least two exponent digits: 1e-05, 1e+16, 1e+300
+# repr writes exponents only below 1e-4 and from 1e16, with at least two digits: 1e-05, 1e+16, 1e+300.
+_SMALL_EXPONENT = r"e-(0[5-9]|[1-9][0-9]|[1-3][0-9][0-9])"
+_BIG_EXPONENT = r"e\+(1[6-9]|[2-9][0-9]|[1-3][0-9][0-9])"
 
 
 def _same_length(lo: str, hi: str) -> str:
     """Decimal strings of len(lo) == len(hi) digits between lo and hi (inclusive), leading digits as given."""
     if lo == hi:
         return lo
-    if len(lo) == 1:
-        return f"[{lo}-{hi}]"
+    n = len(lo) - 1
+    if lo[1:] == "0" * n and hi[1:] == "9" * n:  # every tail: one class and a count (huge bounds stay small)
+        head = lo[0] if lo[0] == hi[0] else f"[{lo[0]}-{hi[0]}]"
+        return head + ("" if n == 0 else "[0-9]" if n == 1 else f"[0-9]{{{n}}}")
     if lo[0] == hi[0]:
         return lo[0] + _same_length(lo[1:], hi[1:])
-    n = len(lo) - 1
     parts = [lo[0] + _same_length(lo[1:], "9" * n)]
     if int(hi[0]) - int(lo[0]) > 1:
         parts.append(f"[{int(lo[0]) + 1}-{int(hi[0]) - 1}][0-9]" + (f"{{{n}}}" if n > 1 else ""))
@@ -58,10 +62,16 @@ def _naturals(lo: int, hi: int | None) -> str | None:
         return None
     parts = []
     top = hi if hi is not None else 10 ** len(str(lo)) - 1
-    for length in range(len(str(lo)), len(str(top)) + 1):
+    first, last = len(str(lo)), len(str(top))
+    for length in range(first, last + 1):
         a, b = max(lo, 10 ** (length - 1) if length > 1 else 0), min(top, 10 ** length - 1)
+        if first < length < last:  # every number of this many digits: all such lengths in one counted class
+            parts.append(f"[1-9][0-9]{{{length - 1},{last - 2}}}")
+            break
         if a <= b:
             parts.append(_same_length(str(a), str(b)))
+    if first + 1 < last:
+        parts.append(_same_length(str(10 ** (last - 1)), str(top)))
     if hi is None:
         parts.append(f"[1-9][0-9]{{{len(str(top))},}}")
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
@@ -110,16 +120,16 @@ def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: 
     small_pos = (lo is None or lo < 0 or (lo == 0)) and (hi is None or hi >= 1)
     small_neg = (hi is None or hi > 0 or (hi == 0)) and (lo is None or lo <= -1)
     big_pos, big_neg = hi is None and (lo is None or lo < 10 ** 16), lo is None and (hi is None or hi > -10 ** 16)
-    for sign, exp_sign, admitted in (("", "-", small_pos), ("-", "-", small_neg), ("", r"\+", big_pos),
-                                     ("-", r"\+", big_neg)):
+    for sign, exponent, admitted in (("", _SMALL_EXPONENT, small_pos), ("-", _SMALL_EXPONENT, small_neg),
+                                     ("", _BIG_EXPONENT, big_pos), ("-", _BIG_EXPONENT, big_neg)):
         if admitted:
-            parts.append(f"{sign}{mantissa}e{exp_sign}{_EXP_DIGITS}")
+            parts.append(f"{sign}{mantissa}{exponent}")
     if not parts:
         return None
     return "(" + "|".join(parts) + ")"
 
 
-def integral_bound(value, keyword: str, pointer: str, *, upper: bool) -> int:
+def integral_bound(value, keyword: str, pointer: str) -> int:
     """A numeric bound as an integer, or UnsupportedSchemaError for a fractional bound on a number."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SchemaError(f"{keyword} must be a finite number, not {value!r}", keyword=keyword, pointer=pointer)
@@ -140,10 +150,6 @@ def repeat(atom: str, lo: int, hi: int | None) -> str:
     if lo == hi:
         return f"({atom}){{{lo}}}" if lo != 1 else atom
     return f"({atom}){{{lo},{hi}}}"
-
-
-def quoted_regex(body: str) -> str:
-    return f'"{body}"'
 
 
 def free_string_body(style: str, min_length: int = 0, max_length: int | None = None) -> str:
@@ -168,19 +174,14 @@ def is_plain_safe(text: str) -> bool:
             and text[-1] in _PLAIN_LAST and text not in YAML_SPECIAL_WORDS)
 
 
-@lru_cache(maxsize=256)
-def plain_regex(excluded: frozenset = frozenset()) -> str:
-    """Every plain-safe string except ``excluded``, written plain (no escapes): first letter, rest, no trailing
-    space, not a special word. The words are cut out by walking their trie: a string leaves it at some
-    character, or ends on a node that is no word."""
+@lru_cache(maxsize=1)
+def plain_regex() -> str:
+    """Every plain-safe string, written plain (no escapes): first letter, rest, no trailing space, not a special
+    word. The words are cut out by walking their trie: a string leaves it at some character, or ends on a node
+    that is no word."""
     rest, last = class_regex(_PLAIN_REST), class_regex(_PLAIN_LAST)
     tail_opt, tail_req = f"({rest}*{last})?", f"{rest}*{last}"
-    trie: dict = {}
-    for word in YAML_SPECIAL_WORDS | {w for w in excluded if is_plain_safe(w)}:
-        node = trie
-        for c in word:
-            node = node.setdefault(c, {})
-        node[""] = {}
+    trie = word_trie(YAML_SPECIAL_WORDS)
 
     def walk(node: dict, depth: int, after_space: bool) -> str:
         allowed = _PLAIN_FIRST if depth == 0 else _PLAIN_REST
@@ -340,7 +341,7 @@ class _Pattern:
 
     def quantified(self, atom: str) -> str:
         c = self.peek()
-        if c in "*+?":
+        if c and c in "*+?":
             self.i += 1
             q = c
         elif c == "{" and self._quantifier():

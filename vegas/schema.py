@@ -9,7 +9,8 @@ Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lis
 false), ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``, ``anyOf``,
 ``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
 ``allOf`` (merged), ``$ref`` to ``#...`` pointers, ``$defs``/``definitions`` (recursion unrolled ``max_recursion``
-times, deeper instances are not generated), string ``minLength``/``maxLength``/``pattern``/``format`` (date, time,
+times, deeper instances are not generated); a schema without ``type`` admits every type, each constrained by its
+own keywords, string ``minLength``/``maxLength``/``pattern``/``format`` (date, time,
 date-time, email, uuid, uri, ipv4, ipv6, hostname; unknown formats are annotations, as the standard says),
 ``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (integer bounds for numbers), ``nullable``.
 
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from vegas import lexical
-from vegas.charset import ANY, CharSet, escape_of, literal, spelled
+from vegas.charset import ANY, CharSet, escape_of, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 from vegas.layout import write_key, write_value
 
@@ -187,7 +188,7 @@ class Compiler:
                 return self.alternatives(target, target_pointer, stack)
             schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in _ANNOTATIONS}}
         for keyword in schema:
-            if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword]):
+            if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword], schema):
                 raise UnsupportedSchemaError(f"{keyword} is not supported", keyword=keyword, pointer=pointer)
         if "allOf" in schema:
             parts = schema.pop("allOf")
@@ -214,18 +215,24 @@ class Compiler:
         return [Alternative(schema, pointer, self._types(schema, pointer), stack)]
 
     @staticmethod
-    def _trivial(keyword: str, value) -> bool:
-        """Keywords whose value constrains nothing."""
-        return ((keyword == "uniqueItems" and value is False) or (keyword == "minProperties" and value == 0)
-                or (keyword in ("patternProperties", "dependentRequired", "dependentSchemas", "dependencies")
-                    and value == {}))
+    def _trivial(keyword: str, value, schema: dict) -> bool:
+        """Keywords that constrain nothing here: ``uniqueItems: false``, empty maps, and property counts that
+        the node's own keywords already imply (as many required keys as ``minProperties``; no more possible keys
+        than ``maxProperties``)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+            return keyword == "uniqueItems" and value is False
+        if keyword == "minProperties":
+            return value <= len(set(schema.get("required", [])))
+        if keyword == "maxProperties":
+            closed = schema.get("additionalProperties", True) is False and "patternProperties" not in schema
+            return closed and len(set(schema.get("properties", {})) | set(schema.get("required", []))) <= value
+        return keyword in ("patternProperties", "dependentRequired", "dependentSchemas", "dependencies") and \
+            value == {}
 
     def _types(self, schema: dict, pointer: str) -> tuple[str, ...]:
         declared = schema.get("type")
-        if declared is None:
-            # No type: the keywords present say which types the schema is about; with none, every type.
-            implied = [t for t in TYPES if t != "integer" and _BY_TYPE.get(t, set()) & schema.keys()]
-            types = implied or list(TYPES)
+        if declared is None:  # no type: every type, each constrained by its own keywords (as the standard says)
+            types = list(TYPES)
         else:
             types = [declared] if isinstance(declared, str) else declared
             if not isinstance(types, list) or any(t not in TYPES for t in types):
@@ -283,6 +290,8 @@ class Compiler:
             merged["properties"] = self._merge_properties(sa, sb)
         if "additionalProperties" in sa and "additionalProperties" in sb:
             merged["additionalProperties"] = {"allOf": [sa["additionalProperties"], sb["additionalProperties"]]}
+        elif "additionalProperties" in sb:
+            merged["additionalProperties"] = sb["additionalProperties"]
         merged["type"] = list(dict.fromkeys(types))
         return Alternative(merged, a.pointer, tuple(dict.fromkeys(types)), a.stack + tuple(
             p for p in b.stack if p not in a.stack))
@@ -384,7 +393,7 @@ class Compiler:
                     (math.ceil(value) + (exclusive and value == math.ceil(value)))
                 exclusive = False
             else:
-                bound = lexical.integral_bound(value, keyword, p, upper=upper)
+                bound = lexical.integral_bound(value, keyword, p)
             if upper and (hi is None or bound < hi or (bound == hi and exclusive)):
                 hi, hi_x = bound, exclusive
             if not upper and (lo is None or bound > lo or (bound == lo and exclusive)):
@@ -503,12 +512,7 @@ class Compiler:
 def _string_except(words: list[str], style: str) -> str:
     """The written characters of any string except ``words``: walk the words' trie; a string leaves it at some
     character, or ends on a node that is no word."""
-    trie: dict = {}
-    for word in words:
-        node = trie
-        for c in word:
-            node = node.setdefault(c, {})
-        node[""] = {}
+    trie = word_trie(words)
     any_ = f"({spelled(ANY, style)})*"
 
     def walk(node: dict) -> str:
