@@ -271,6 +271,8 @@ def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -
             warm_ms.append((time.perf_counter() - t0) * 1e3)
         guides = (guides[1:2] + guides[:1] + guides[2:])[:repeats]
         result["compile_warm_ms"] = float(np.median(warm_ms))
+        result["guide_nodes"] = int(compiled.num_nodes)
+        result["guide_memory_mb"] = compiled.memory_bytes / 1e6
         words = guides[0].num_words
     else:
         guides = [compiled] * repeats  # the peers' walks start a fresh matcher from the compiled grammar
