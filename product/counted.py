@@ -20,7 +20,7 @@ agree on every node (regex state, context) at budget H, for every merge class th
 with every G∞ node at every budget, with G∞'s entering classes). Liveness grows with the budget, so then for any
 budget r >= H: under(H) <= truth(r) <= over = under(H); below H the layers of G_H solve the true equations with
 the true values of everything else, so they are the truth (least solutions of the same equations). If the check
-fails for H = 1, 2, 4, 8 the pattern is compiled unrolled, as before. The counter only exists where a loop's next
+fails for H = 2, 4, 8 the pattern is compiled unrolled, as before. The counter only exists where a loop's next
 iteration can still be started: elsewhere k is 0, so states stay canonical ints.
 
 How the counter is read off the regex. Each compressed loop ``x{m,n}`` (n - m >= ``MIN_COUNT``, x not nullable,
@@ -45,7 +45,7 @@ from interegular.patterns import _DOT, _EMPTY, Pattern, _CharGroup, _Concatenati
 from numba import njit
 
 from automata import glushkov
-from automata.dfa import MISSING, find_sorted
+from automata.dfa import MISSING, find_sorted, unique_rows
 from automata.regex import _utf8_dfa
 from automata.errors import StateLimitError
 from product.token_regex import TokenTransitions, VocabularyTrie, _sort_row
@@ -336,12 +336,21 @@ def _walk_counted(dfa, labels, label_table, bounds, trie: VocabularyTrie, max_en
     inc_bound = np.where(label_table[labels, 1] >= 0, np.array(bounds + [0])[label_table[labels, 1]], 0)
     reset_v = np.where(label_table[labels, 2] >= 0, label_table[labels, 3], -1)
     reset_bound = np.where(label_table[labels, 2] >= 0, np.array(bounds + [0])[label_table[labels, 2]], 0)
-    table = np.ascontiguousarray(dfa.transitions)
     max_count = int(trie.lengths.max()) + 1 if len(trie.lengths) else 1
     P = max_count + 1
+    vocab_size = trie.vocab_size
+    # as TokenTransitions.build: walk the trie of byte-class sequences (tokens that read alike share a path)
+    representative, class_of_byte = unique_rows(dfa.transitions.T)
+    grouped = trie.by_class(class_of_byte.astype(np.uint8)) if len(representative) < 256 else None
+    if grouped is not None:
+        trie, members, member_bounds = grouped
+        table = np.ascontiguousarray(dfa.transitions[:, representative])
+    else:
+        members, member_bounds = np.zeros(0, np.int32), np.zeros(1, np.int64)
+        table = np.ascontiguousarray(dfa.transitions)
     offsets = np.zeros(S + 1, dtype=np.int64)
     walk = (table, inc, inc_bound, reset_v, reset_bound, trie.node_depth, trie.node_byte, trie.subtree_end,
-            trie.token_lo, trie.node_tokens, trie.vocab_size)
+            trie.token_lo, trie.node_tokens, members, member_bounds, vocab_size)
     total = _counted_walk(*walk, True, max_entries, offsets, np.zeros(0, np.int32), np.zeros(0, np.int32), S, P)
     if total > max_entries:
         raise StateLimitError(f"more than max_transitions={max_entries} token transitions ({S} regex states)")
@@ -358,7 +367,7 @@ def _walk_counted(dfa, labels, label_table, bounds, trie: VocabularyTrie, max_en
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def _counted_walk(table, inc, inc_bound, reset_v, reset_bound, node_depth, node_byte, subtree_end, token_lo,
-                  node_tokens, vocab_size, count_only, max_entries, offsets, tokens, payload, num_states, P):
+                  node_tokens, members, member_bounds, vocab_size, count_only, max_entries, offsets, tokens, payload, num_states, P):
     """``token_regex._walk`` for a labelled DFA: along each token, entering a state applies its label (inc more
     iterations of the current loop; then, for a reset, a new count), and a count past its loop's bound kills the
     subtree. Row entries pack (target, pre, enter + 1) into ``payload``; rows come out sorted by token."""
@@ -397,12 +406,18 @@ def _counted_walk(table, inc, inc_bound, reset_v, reset_bound, node_depth, node_
                     node = subtree_end[node]
                     continue
             state_at[depth], pre_at[depth], v_at[depth] = state, pre, v
-            k = token_lo[node + 1] - token_lo[node]
-            if not count_only:
-                for j in range(token_lo[node], token_lo[node + 1]):
-                    tokens[count + j - token_lo[node]] = node_tokens[j]
-                    payload[count + j - token_lo[node]] = state + num_states * (pre + P * (v + 1))
-            count += k
+            packed = state + num_states * (pre + P * (v + 1))
+            for j in range(token_lo[node], token_lo[node + 1]):
+                if len(members) == 0:  # the trie's tokens are the tokens
+                    if not count_only:
+                        tokens[count], payload[count] = node_tokens[j], packed
+                    count += 1
+                else:  # a representative of the tokens members[member_bounds[r]:member_bounds[r + 1]]
+                    r = node_tokens[j]
+                    for m in range(member_bounds[r], member_bounds[r + 1]):
+                        if not count_only:
+                            tokens[count], payload[count] = members[m], packed
+                        count += 1
             node += 1
         if not count_only:
             _sort_row(tokens, payload, start, count, seen, target_of, num_states * P * (P + 1))
@@ -414,7 +429,7 @@ def _counted_walk(table, inc, inc_bound, reset_v, reset_bound, node_depth, node_
 
 # ---- the guide -------------------------------------------------------------------------------------------------
 
-_HORIZONS = (1, 2, 4, 8)  # budgets H tried for the layered guide, smallest first
+_HORIZONS = (2, 4, 8)  # budgets H tried for the layered guide, smallest first
 
 
 def compile_counted(pattern: str, canonical, *, canonical_only: bool, max_states: int, max_transitions: int,
@@ -648,6 +663,35 @@ class CountedGuide(_guide_class()):
         np.bitwise_and.at(out, gone >> 5, ~(np.uint32(1) << (gone & 31).astype(np.uint32)))
 
     # ---- moves ----------------------------------------------------------------------------------------------
+    def _allows_counted(self, node: int, mc: int, k: int, token: int) -> bool:
+        """Bit ``token`` of the state's mask, from the rows (``Guide._allows``) and, where the budget matters,
+        the token's own count and target, without computing the mask."""
+        if self._layers is None:
+            return self._allows(node, mc, token)
+        r = self._budget(node, k)
+        H = self.horizon
+        if r is not None and r <= H:
+            return self._layers._allows(int(self._layer_of[self._layer_first[node] + r]), mc, token)
+        if not self._allows(node, mc, token):
+            return False
+        if token in self.eos_token_ids:
+            return True
+        c, R = self._counted, self._counted.over
+        q = int(self._node_q[node])
+        i = find_sorted(memoryview(R.tokens), token, int(R.offsets[q]), int(R.offsets[q + 1]))
+        pre, enter, q2 = int(c.pre[i]), int(c.enter[i]), int(R.targets[i])
+        if r is not None and pre > r:
+            return False
+        if not c.relevant[q2]:
+            return True
+        budget = int(c.bound[q2]) - enter if enter >= 0 else (r if r is not None else 0) - pre
+        if budget >= H:
+            return True
+        cls = self._automaton.class_after(int(self._node_ctx[node]) * self._M + mc, token, known_allowed=True)
+        ctx2, mc2 = divmod(cls, self._M)
+        layer = self._layers._node_of[(int(self._layer_ids[q2, budget]), ctx2)]
+        return self._layers._is_live(layer, mc2)
+
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id`` (see ``Guide.advance``); the count moves with the token."""
         import operator
@@ -660,10 +704,7 @@ class CountedGuide(_guide_class()):
             raise InvalidTokenError(f"a token id is an int, not {type(token_id).__name__} ({token_id!r})") from None
         if not 0 <= token_id < self.vocab_size:
             raise InvalidTokenError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
-        with self._lock:
-            words = self._mask(state)
-            allowed = bool((int(words[token_id >> 5]) >> (token_id & 31)) & 1)
-        if not allowed:
+        if not self._allows_counted(node, mc, k, token_id):
             raise DisallowedTokenError(f"token {token_id} ({self._describe(token_id)}) is not allowed in state {state} "
                                        f"of {self.name!r}")
         if token_id in self.eos_token_ids:
