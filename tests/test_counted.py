@@ -173,3 +173,13 @@ def test_bad_states_are_refused():
         guide.allowed(10**12)
     with pytest.raises(TypeError):
         guide.allowed("0")
+
+
+def test_long_bounds_fit_small_state_limits():
+    """Unrolled, this pattern needs well over 50 states; counted, its regex states do not depend on the bounds."""
+    guide = compile_regex(r"[a-z]{0,40}[0-9]{0,40}", automaton_of("gpt2"), max_states=50)
+    assert isinstance(guide, CountedGuide)
+    ids = runtime_of("gpt2").encode("abc" * 13 + "a" + "1" * 40, add_special_tokens=False).ids
+    assert guide.accepts(ids)
+    ids = runtime_of("gpt2").encode("abc" * 13 + "ab" + "1" * 40, add_special_tokens=False).ids
+    assert not guide.accepts(ids)
