@@ -38,6 +38,10 @@ Leaves out: loops inside lookarounds or under flags (``(?i)``, ``(?s)``...), the
 
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
+
 import numpy as np
 from interegular import parse_pattern
 from interegular.fsm import anything_else
@@ -329,6 +333,28 @@ def _last_reset(table, reset_loop):
     return current
 
 
+_GROUPED: "weakref.WeakKeyDictionary[VocabularyTrie, OrderedDict]" = weakref.WeakKeyDictionary()
+_GROUPED_KEEP = 16  # class maps kept per vocabulary (JSON strings of any bound share one)
+_GROUPED_LOCK = threading.Lock()
+
+
+def _grouped_trie(trie: VocabularyTrie, class_of_byte: np.ndarray):
+    """``trie.by_class(class_of_byte)``, kept per vocabulary for the last few class maps: the pass over the
+    vocabulary costs 100-270 ms on Llama-3, and every JSON string (whatever its bound) has the same classes."""
+    key = class_of_byte.tobytes()
+    with _GROUPED_LOCK:
+        kept = _GROUPED.setdefault(trie, OrderedDict())
+        if key in kept:
+            kept.move_to_end(key)
+            return kept[key]
+    grouped = trie.by_class(class_of_byte)
+    with _GROUPED_LOCK:
+        kept[key] = grouped
+        while len(kept) > _GROUPED_KEEP:
+            kept.popitem(last=False)
+    return grouped
+
+
 def _walk_counted(dfa, labels, label_table, bounds, trie: VocabularyTrie, max_entries: int,
                   bound: np.ndarray) -> CountedTransitions:
     S = dfa.num_states
@@ -341,7 +367,7 @@ def _walk_counted(dfa, labels, label_table, bounds, trie: VocabularyTrie, max_en
     vocab_size = trie.vocab_size
     # as TokenTransitions.build: walk the trie of byte-class sequences (tokens that read alike share a path)
     representative, class_of_byte = unique_rows(dfa.transitions.T)
-    grouped = trie.by_class(class_of_byte.astype(np.uint8)) if len(representative) < 256 else None
+    grouped = _grouped_trie(trie, class_of_byte.astype(np.uint8)) if len(representative) < 256 else None
     if grouped is not None:
         trie, members, member_bounds = grouped
         table = np.ascontiguousarray(dfa.transitions[:, representative])
@@ -563,22 +589,30 @@ class CountedGuide(_guide_class()):
 
     # ---- masks ----------------------------------------------------------------------------------------------
     def _prepare_fixups(self) -> None:
-        """Per regex state, its row's entries by ``pre`` descending (the tokens a budget may clear or check),
-        and the entries that enter a loop with fewer than H iterations left (checked at every budget)."""
+        """The entries that enter a loop with fewer than H iterations left (checked at every budget), per regex
+        state; the entries by ``pre`` descending are sorted per state on first use (``_by_pre``)."""
         c, R, H = self._counted, self._counted.over, self.horizon
-        S = R.num_states
-        rows = np.repeat(np.arange(S), np.diff(R.offsets))
-        order = np.lexsort((-c.pre, rows))
-        self._desc = order  # entries of state q: R.offsets[q]:R.offsets[q + 1], pre descending
-        self._desc_pre = c.pre[order]
         tgt = R.targets
-        low_entry = (c.enter >= 0) & c.relevant[tgt] & (c.bound[tgt] - c.enter < H)
-        self._always = [np.flatnonzero(low_entry[R.offsets[q]:R.offsets[q + 1]]) + R.offsets[q] for q in range(S)]
-        self._has_always = np.array([len(a) > 0 for a in self._always], dtype=bool)
+        low_entry = np.flatnonzero((c.enter >= 0) & c.relevant[tgt] & (c.bound[tgt] - c.enter < H))
+        cuts = np.searchsorted(low_entry, R.offsets)
+        self._always = [low_entry[cuts[q]:cuts[q + 1]] for q in range(R.num_states)]
+        self._has_always = np.diff(cuts) > 0
+        self._by_pre_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._layer_ids = c.layer_ids(H)
         keys = self._layers._node_q * self._automaton.num_contexts + self._layers._node_ctx
         self._layer_keys_order = np.argsort(keys)
         self._layer_keys_sorted = keys[self._layer_keys_order]
+
+    def _by_pre(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """State q's entries by ``pre`` descending, and those counts (computed under the mask lock)."""
+        got = self._by_pre_rows.get(q)
+        if got is None:
+            R = self._counted.over
+            lo = int(R.offsets[q])
+            pre = self._counted.pre[lo:int(R.offsets[q + 1])]
+            order = np.argsort(-pre, kind="stable")
+            got = self._by_pre_rows[q] = (order + lo, pre[order])
+        return got
 
     def _budget(self, node: int, k: int) -> int | None:
         return self._bound_of(node) - k if self._relevant_node[node] else None
@@ -613,13 +647,11 @@ class CountedGuide(_guide_class()):
             self._layers._compute_mask(int(layer), mc, out)
             return
         self._compute_mask(node, mc, out)
-        R = self._counted.over
-        lo, hi = int(R.offsets[q]), int(R.offsets[q + 1])
         picks = []
         if r is not None and r < H + self._counted.max_pre[q]:
             # entries with pre > r - H: a prefix of the state's entries by pre descending
-            n = int(np.searchsorted(-self._desc_pre[lo:hi], -(r - H), side="left"))
-            picks.append(self._desc[lo:lo + n])
+            entries, pre = self._by_pre(q)
+            picks.append(entries[:int(np.searchsorted(-pre, -(r - H), side="left"))])
         if self._has_always[q]:
             picks.append(self._always[q])
         if picks:
