@@ -453,6 +453,12 @@ def _counted_walk(table, inc, inc_bound, reset_v, reset_bound, node_depth, node_
     return count
 
 
+@njit(cache=True, nogil=True, boundscheck=False)
+def _clear_bits(words, tokens):
+    for t in tokens:
+        words[t >> 5] &= ~(np.uint32(1) << np.uint32(t & 31))
+
+
 # ---- the guide -------------------------------------------------------------------------------------------------
 
 _HORIZONS = (2, 4, 8)  # budgets H tried for the layered guide, smallest first
@@ -597,21 +603,21 @@ class CountedGuide(_guide_class()):
         cuts = np.searchsorted(low_entry, R.offsets)
         self._always = [low_entry[cuts[q]:cuts[q + 1]] for q in range(R.num_states)]
         self._has_always = np.diff(cuts) > 0
-        self._by_pre_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._by_pre_rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._layer_ids = c.layer_ids(H)
         keys = self._layers._node_q * self._automaton.num_contexts + self._layers._node_ctx
         self._layer_keys_order = np.argsort(keys)
         self._layer_keys_sorted = keys[self._layer_keys_order]
 
-    def _by_pre(self, q: int) -> tuple[np.ndarray, np.ndarray]:
-        """State q's entries by ``pre`` descending, and those counts (computed under the mask lock)."""
+    def _by_pre(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """State q's entries by ``pre`` descending, their counts and tokens (computed under the mask lock)."""
         got = self._by_pre_rows.get(q)
         if got is None:
             R = self._counted.over
             lo = int(R.offsets[q])
             pre = self._counted.pre[lo:int(R.offsets[q + 1])]
             order = np.argsort(-pre, kind="stable")
-            got = self._by_pre_rows[q] = (order + lo, pre[order])
+            got = self._by_pre_rows[q] = (order + lo, pre[order], R.tokens[order + lo])
         return got
 
     def _budget(self, node: int, k: int) -> int | None:
@@ -650,8 +656,10 @@ class CountedGuide(_guide_class()):
         picks = []
         if r is not None and r < H + self._counted.max_pre[q]:
             # entries with pre > r - H: a prefix of the state's entries by pre descending
-            entries, pre = self._by_pre(q)
-            picks.append(entries[:int(np.searchsorted(-pre, -(r - H), side="left"))])
+            entries, pre, tokens = self._by_pre(q)
+            too_long = int(np.searchsorted(-pre, -r, side="left"))  # pre > r: cleared, whatever their target
+            _clear_bits(out, tokens[:too_long])
+            picks.append(entries[too_long:int(np.searchsorted(-pre, -(r - H), side="left"))])
         if self._has_always[q]:
             picks.append(self._always[q])
         if picks:
@@ -691,8 +699,7 @@ class CountedGuide(_guide_class()):
             live = self._live_many(self._layers, layer_nodes, A.after_class[t].astype(np.int64))
             idx = np.flatnonzero(check)
             clear[idx[~live]] = True
-        gone = tokens[clear]
-        np.bitwise_and.at(out, gone >> 5, ~(np.uint32(1) << (gone & 31).astype(np.uint32)))
+        _clear_bits(out, tokens[clear].astype(np.int32))
 
     # ---- moves ----------------------------------------------------------------------------------------------
     def _allows_counted(self, node: int, mc: int, k: int, token: int) -> bool:
