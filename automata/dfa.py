@@ -185,6 +185,27 @@ class DFA:
         out = DFA(table, dfa.accepting[rep].copy(), int(block[dfa.start]), dfa.alphabet)
         return out._bfs_renumbered()
 
+    def minimise_labelled(self, labels: np.ndarray) -> tuple["DFA", np.ndarray]:
+        """``minimise`` keeping states with different ``labels`` (int per state) apart: the minimal trim DFA in
+        which every state carries one label, and those labels. (``product.counted`` labels the states that a
+        counted repetition's iteration enters.)"""
+        keep = self.reachable() & self.coreachable()
+        if not keep[self.start]:
+            return self.trim(), np.zeros(1, dtype=np.int64)
+        dfa, labels = self._restrict(keep), np.asarray(labels)[keep]
+        t = dfa.transitions
+        distinct = t[:, unique_rows(t.T)[0]]
+        _, block = np.unique(labels.astype(np.int64) * 2 + dfa.accepting, return_inverse=True)
+        block, num_blocks = _moore(np.ascontiguousarray(distinct), block.ravel().astype(np.int64))
+        rep = np.zeros(num_blocks, dtype=np.int64)
+        rep[block] = np.arange(dfa.num_states)
+        table = np.where(t[rep] == MISSING, MISSING, block[np.maximum(t[rep], 0)]).astype(np.int32)
+        perm = _bfs_order(table, int(block[dfa.start]))
+        new_id = np.full(num_blocks + 1, MISSING, dtype=np.int32)
+        new_id[perm] = np.arange(len(perm), dtype=np.int32)
+        out = DFA(new_id[table[perm]].astype(np.int32), dfa.accepting[rep][perm].copy(), 0, dfa.alphabet)
+        return out, labels[rep][perm].astype(np.int64)
+
     def _bfs_renumbered(self) -> "DFA":
         """States renumbered in breadth-first order from the start, successors in symbol order."""
         perm = _bfs_order(self.transitions, self.start)

@@ -65,6 +65,17 @@ class InvalidTokenError(CanonmergeError, ValueError):
     """A token id outside the vocabulary."""
 
 
+class _Seeds(NamedTuple):
+    """Extra roots of a guide's exploration (``product.counted`` builds its budget layers from them): node keys
+    ``keys[i]`` (regex state * contexts + context), the merge classes that may enter each
+    (``entering[entering_bounds[i]:entering_bounds[i + 1]]``), and which seeds must be treated as wide (their
+    candidate dead classes taken from F's sizes, so every merge class has an exact liveness bit)."""
+    keys: np.ndarray
+    entering: np.ndarray
+    entering_bounds: np.ndarray
+    wide: np.ndarray
+
+
 class _OpenEdges(NamedTuple):
     """The edges of an open node (q, ctx), by token group of q's row (``group_row``): group ``groups[j]``'s
     tokens ``group_tokens[group_bounds[g]:group_bounds[g + 1]]`` reach node ``inside[j]`` when they continue the
@@ -110,10 +121,17 @@ def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only
     guide in its errors.
     """
     _guide_eos(canonical, eos_token_ids)  # before the expensive part
+    name = pattern if name is None else name
+    from product.counted import compile_counted  # counted repetitions: a counter beside the state
+    counted = compile_counted(pattern, canonical, canonical_only=canonical_only, max_states=max_states,
+                              max_transitions=max_transitions, cache_size=cache_size, name=name,
+                              eos_token_ids=eos_token_ids)
+    if counted is not None:
+        return counted
     dfa = from_regex(pattern, max_states=max_states)
     transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
     return Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states,
-                 cache_size=cache_size, name=pattern if name is None else name, eos_token_ids=eos_token_ids)
+                 cache_size=cache_size, name=name, eos_token_ids=eos_token_ids)
 
 
 def _guide_eos(canonical: CanonicalAutomaton, eos_token_ids) -> tuple[int, ...]:
@@ -148,7 +166,7 @@ class Guide:
 
     def __init__(self, transitions: TokenTransitions, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                  max_states: int = 100_000, cache_size: int = 4096, name: str = "",
-                 eos_token_ids: list[int] | None = None):
+                 eos_token_ids: list[int] | None = None, _seeds: "_Seeds | None" = None):
         if cache_size < 1:
             raise ValueError(f"cache_size must be at least 1, not {cache_size}")
         self.name = name
@@ -161,6 +179,7 @@ class Guide:
         self.num_words = (self.vocab_size + 31) // 32
         self.eos_token_ids = _guide_eos(canonical, eos_token_ids)
         self._M = self._automaton.num_merge_classes
+        self._seeds = _seeds
         self._explore(max_states)
         self._rows: list[tuple] = [()] * self.num_nodes
         self._solve_liveness()
@@ -176,7 +195,9 @@ class Guide:
         # pending nodes).
         Y, self._pending_row_bounds = self._pending_rows()
         self._pending_row_tokens = Y.astype(np.int32, copy=False)
-        self._open_edges = self._successors = self._dead_bits = None  # only the rows are needed from here on
+        self._open_edges = self._successors = None  # only the rows (and liveness, for counted guides) from here on
+        if _seeds is None:
+            self._dead_bits = self._entering = self._entering_bounds = self._narrow = None
         self._pending_tokens = self._pending_inside = self._pending_edges = self._pending_unit_bounds = None
         self._cache_size = cache_size
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # cached state -> its row in the slab, LRU order
@@ -431,6 +452,8 @@ class Guide:
         self._successors: dict[int, np.ndarray] = {}  # distinct target nodes of each open node
         layers = []  # per layer of pending nodes: (nodes, edges per node, tokens, inside targets)
         node_ids(np.array([R.start * num_ctx]))
+        if self._seeds is not None:  # extra roots (``product.counted``): explored like the start
+            self._seed_ids = node_ids(self._seeds.keys)
         done = 0
         while done < len(table):  # one breadth-first layer per pass
             frontier = np.arange(done, len(table))
@@ -504,12 +527,17 @@ class Guide:
         narrow = np.ones(N, dtype=bool)
         for n, e in self._open_edges.items():
             narrow[n] = e.num_tokens <= self._WIDE_ROW
+        seeds = self._seeds
+        if seeds is not None:
+            narrow[self._seed_ids[seeds.wide]] = False
         after_class = self._automaton.after_class
         start_key = np.array([self._automaton.start_class % M], dtype=np.int64)  # node 0 is the start
         keys = [start_key] + [entering_keys(e.groups, targets, e.group_tokens, e.group_bounds, after_class, narrow, M)
                               for e in self._open_edges.values() for targets in (e.inside, e.boundary)]
         keys.append(entering_keys(self._pending_edges, self._pending_inside, self._pending_tokens,
                                   self._pending_unit_bounds, after_class, narrow, M))
+        if seeds is not None:  # the classes that may enter a seed, as given
+            keys.append(np.repeat(self._seed_ids, np.diff(seeds.entering_bounds)) * M + seeds.entering)
         distinct = NodeTable()  # a hash set: edges into a node share a few classes (sorting them all cost 0.3 s)
         distinct.ids(np.concatenate(keys))
         node, entering = np.divmod(np.sort(distinct.keys[:len(distinct)]), M)
@@ -535,6 +563,7 @@ class Guide:
         self._dead_bits = np.zeros((16, (self._M + 7) // 8), dtype=np.uint8)
         self._num_dead_rows = 0
         narrow, entering, entering_bounds, pred_source, pred_bounds = self._entering_and_predecessors()
+        self._narrow, self._entering, self._entering_bounds = narrow, entering, entering_bounds
         num_entering = np.diff(entering_bounds)
 
         # Gauss-Seidel rounds: results are applied at once, open nodes deepest first (breadth-first numbering
