@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from automata import from_regex
 from product import compile_regex
+from product import counted
 from product.counted import CountedGuide
 from product.guide import Guide, vocabulary_trie
 from product.token_regex import TokenTransitions
@@ -17,6 +18,13 @@ from tests.conftest import automaton_of, runtime_of
 from tests.test_guide import _runtime_trie
 
 JSON_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+
+
+@pytest.fixture(autouse=True)
+def small_loops_counted(monkeypatch):
+    """Compress loops from 8 iterations on (production: from ``MIN_COUNT`` = 32), so that the unrolled guide —
+    the oracle these tests compare with — stays small enough to build in every test."""
+    monkeypatch.setattr(counted, "MIN_COUNT", 8)
 
 EQUIVALENCE_PATTERNS = [
     r'"[^"]{0,12}"',
