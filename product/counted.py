@@ -625,23 +625,9 @@ class CountedGuide(_guide_class()):
     def _budget(self, node: int, k: int) -> int | None:
         return self._bound_of(node) - k if self._relevant_node[node] else None
 
-    def _mask(self, state: int) -> np.ndarray:
-        from product.guide import _SLAB_ROWS
-        slot = self._slot_of.get(state)
-        if slot is not None:
-            self._slot_of.move_to_end(state)
-            return self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
+    def _fill_row(self, state: int, words: np.ndarray) -> None:
         node, mc, k = self._decode(state)
-        if len(self._slot_of) < self._cache_size:
-            slot = len(self._slot_of)
-            if slot // _SLAB_ROWS == len(self._slabs):
-                self._add_slab()
-        else:
-            _, slot = self._slot_of.popitem(last=False)
-        words = self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
         self._compute_counted(node, mc, k, words)
-        self._slot_of[state] = slot
-        return words
 
     def _compute_counted(self, node: int, mc: int, k: int, out: np.ndarray) -> None:
         if self._layers is None:  # during the base constructor: the start state, which has no counter

@@ -370,7 +370,6 @@ class Guide:
         if slot is not None:
             self._slot_of.move_to_end(state)
             return self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
-        node, mc = self._split(state)
         if len(self._slot_of) < self._cache_size:
             slot = len(self._slot_of)
             if slot // _SLAB_ROWS == len(self._slabs):
@@ -378,9 +377,13 @@ class Guide:
         else:
             _, slot = self._slot_of.popitem(last=False)
         words = self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
-        self._compute_mask(node, mc, words)
+        self._fill_row(state, words)
         self._slot_of[state] = slot
         return words
+
+    def _fill_row(self, state: int, words: np.ndarray) -> None:
+        """Compute the mask of ``state`` into ``words`` (a counted guide decodes its counter here)."""
+        self._compute_mask(*self._split(state), words)
 
     def _add_slab(self) -> None:
         """Masks live in preallocated slabs of rows, so computing one allocates nothing (a fresh 16 KB array per
