@@ -49,7 +49,7 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
         tree = interegular.parse_pattern(pattern)
         char_dfa = glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
     except (InvalidSyntax, Unsupported) as exc:
-        raise RegexError(f"regex {pattern!r}: {type(exc).__name__}: {exc or 'invalid syntax'}") from None
+        raise RegexError(f"regex {pattern!r}: {type(exc).__name__}: {str(exc) or 'invalid syntax'}") from None
     except (RegexError, StateLimitError) as exc:
         raise type(exc)(f"regex {pattern!r}: {exc}") from None
     except Exception as exc:  # interegular raises bare Exceptions for some malformed patterns

@@ -158,6 +158,9 @@ def test_bad_regexes_raise_typed_errors_naming_the_problem():
         from_regex(r"[a-")
     with pytest.raises(RegexError, match="unicode properties"):
         from_regex(r"\p{L}")
+    for unbalanced in ("(ab", "*a"):  # interegular's syntax errors with no message of their own say so
+        with pytest.raises(RegexError, match="invalid syntax"):
+            from_regex(unbalanced)
 
 
 def test_empty_language_raises():
