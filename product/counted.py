@@ -721,16 +721,9 @@ class CountedGuide(_guide_class()):
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id`` (see ``Guide.advance``); the count moves with the token."""
-        import operator
         from bpe.automaton import DisallowedTokenError
-        from product.guide import InvalidTokenError
         node, mc, k = self._decode(state)
-        try:
-            token_id = operator.index(token_id)
-        except TypeError:
-            raise InvalidTokenError(f"a token id is an int, not {type(token_id).__name__} ({token_id!r})") from None
-        if not 0 <= token_id < self.vocab_size:
-            raise InvalidTokenError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
+        token_id = self.token_id(token_id)
         if not self._allows_counted(node, mc, k, token_id):
             raise DisallowedTokenError(f"token {token_id} ({self._describe(token_id)}) is not allowed in state {state} "
                                        f"of {self.name!r}")

@@ -286,12 +286,7 @@ class Guide:
         mask does not allow (it would leave the language, make the tokenization non-canonical, or dead-end).
         """
         node, mc = self._split(state)
-        try:
-            token_id = operator.index(token_id)
-        except TypeError:
-            raise InvalidTokenError(f"a token id is an int, not {type(token_id).__name__} ({token_id!r})") from None
-        if not 0 <= token_id < self.vocab_size:
-            raise InvalidTokenError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
+        token_id = self.token_id(token_id)
         if not self._allows(node, mc, token_id):
             raise DisallowedTokenError(f"token {token_id} ({self._describe(token_id)}) is not allowed in state {state} "
                                        f"of {self.name!r}")
@@ -302,6 +297,16 @@ class Guide:
         cls = self._automaton.class_after(node_ctx[node] * self._M + mc, token_id, known_allowed=True)
         nxt_ctx, nxt_mc = divmod(cls, self._M)
         return self._node_of[(q, nxt_ctx)] * self._M + nxt_mc
+
+    def token_id(self, token_id) -> int:
+        """``token_id`` as an int of this vocabulary, or ``InvalidTokenError`` (not an int, or out of range)."""
+        try:
+            token_id = operator.index(token_id)
+        except TypeError:
+            raise InvalidTokenError(f"a token id is an int, not {type(token_id).__name__} ({token_id!r})") from None
+        if not 0 <= token_id < self.vocab_size:
+            raise InvalidTokenError(f"token id {token_id} is outside the vocabulary of {self.vocab_size}")
+        return token_id
 
     def forced_tokens(self, state: int) -> tuple[int, ...]:
         """The chain of tokens that are the only choice from ``state`` (empty if there is a choice, EOS included).

@@ -30,7 +30,7 @@ import numpy as np
 
 from automata.errors import CanonmergeError
 from bpe.automaton import DisallowedTokenError
-from product.guide import Guide, InvalidTokenError
+from product.guide import Guide
 
 __all__ = ["Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks"]
 
@@ -164,12 +164,7 @@ class Matcher:
     def _step(self, state: int, terminated: bool, token: int) -> tuple[int, bool]:
         """The (state, terminated) after ``token``; raises without side effects."""
         if terminated:
-            try:
-                token = operator.index(token)
-            except TypeError:
-                raise InvalidTokenError(f"a token id is an int, not {type(token).__name__} ({token!r})") from None
-            if not 0 <= token < self.guide.vocab_size:
-                raise InvalidTokenError(f"token id {token} is outside the vocabulary of {self.guide.vocab_size}")
+            token = self.guide.token_id(token)  # InvalidTokenError first, as advance would
             raise DisallowedTokenError(f"token {token} after EOS: the matcher has terminated")
         state = self.guide.advance(state, token)  # InvalidTokenError / DisallowedTokenError
         return state, token in self._eos
