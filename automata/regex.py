@@ -32,7 +32,7 @@ from automata import glushkov
 from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
 
-__all__ = ["from_regex"]
+__all__ = ["from_regex", "from_regex_exits", "exit_marker"]
 
 _NUM_CODE_POINTS = 0x110000
 
@@ -45,37 +45,96 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
     no string over the alphabet matches, ``StateLimitError`` if the automaton would exceed ``max_states``.
     """
     alphabet = alphabet or Alphabet.bytes()
+    class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+    if alphabet.kind == "bytes" and len(class_target) > 64:
+        # Minimise over character classes before expanding: each state that reads multi-byte characters gets
+        # its own copy of the UTF-8 trie, and the position construction leaves many equivalent states (a YAML
+        # string's regex: 581 class states, 113 after minimising; a YAML object's byte automaton went from
+        # 344k states, over the limit, to a few hundred).
+        small = _class_dfa(class_target, accepting, start).minimise()
+        class_target, accepting, start = small.transitions, small.accepting, small.start
+    dfa = _expand(class_target, accepting, start, mapping, alphabet, max_states)
+    dfa = dfa.minimise() if minimise else dfa.trim()  # both trim: an empty language keeps no accepting state
+    if not dfa.accepting.any():
+        raise EmptyLanguageError(f"regex {pattern!r} matches no string over the {alphabet.kind} alphabet")
+    return dfa
+
+
+def exit_marker(k: int) -> str:
+    """The character that marks exit ``k`` in a pattern given to ``from_regex_exits``: a lone UTF-16 surrogate,
+    which no UTF-8 text contains (so no string of the language reads it)."""
+    if not 0 <= k < _MAX_EXITS:
+        raise ValueError(f"exit {k} outside 0..{_MAX_EXITS - 1}")
+    return chr(_EXIT_BASE + k)
+
+
+_EXIT_BASE, _MAX_EXITS = 0xDC00, 0x400  # U+DC00..U+DFFF (``product.counted`` marks its loops in U+D800..)
+
+
+def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, np.ndarray, list[tuple[int, ...]]]:
+    """A byte DFA whose strings end at *exits*: ``pattern`` ends every alternative with one exit marker
+    (``exit_marker(k)``); the result accepts the strings that precede a marker. A string may precede several
+    markers (alternatives that overlap): ``exit_sets[exit_of[q]]`` lists the exits of an accepting state ``q``
+    (``exit_of[q]`` is -1 elsewhere). States with different exit sets are never merged, so a reader of the DFA
+    knows where each accepted string may leave. (``product.stitched`` cuts constraints into fragments this way:
+    each exit is a point where the next fragment starts.)
+    """
+    class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+    exits_at = [[] for _ in range(len(class_target))]
+    marker_classes = []
+    for char, c in mapping.items():
+        if char is anything_else or not _EXIT_BASE <= ord(char) < _EXIT_BASE + _MAX_EXITS:
+            continue
+        if sum(1 for k in mapping.values() if k == c) != 1:
+            raise RegexError(f"regex {pattern!r}: exit marker U+{ord(char):04X} shares its class with other characters")
+        target = class_target[:, c]
+        for q in np.flatnonzero((target != MISSING) & accepting[np.maximum(target, 0)]).tolist():
+            exits_at[q].append(ord(char) - _EXIT_BASE)
+        marker_classes.append(c)
+    exit_sets: list[tuple[int, ...]] = []
+    set_id: dict[tuple[int, ...], int] = {}
+    exit_of = np.full(len(class_target), -1, dtype=np.int64)
+    for q, exits in enumerate(exits_at):
+        if exits:
+            exit_of[q] = set_id.setdefault(tuple(sorted(exits)), len(set_id))
+    exit_sets = sorted(set_id, key=set_id.get)
+    class_target = class_target.copy()
+    class_target[:, marker_classes] = MISSING  # the markers themselves are read by no string
+    small, exit_of = _class_dfa(class_target, exit_of >= 0, start).minimise_labelled(exit_of)
+    dfa = _expand(small.transitions, small.accepting, small.start, mapping, Alphabet.bytes(), max_states)
+    labels = np.concatenate([exit_of, np.full(dfa.num_states - small.num_states, -1, dtype=np.int64)])
+    dfa, exit_of = dfa.minimise_labelled(labels)
+    if not dfa.accepting.any():
+        raise EmptyLanguageError(f"regex {pattern!r} matches no string over the bytes alphabet")
+    return dfa, exit_of, exit_sets
+
+
+def _char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
+    """The character-class DFA of ``pattern`` (``glushkov``, or interegular's construction for lookaheads)."""
     try:
         tree = interegular.parse_pattern(pattern)
-        char_dfa = glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
+        return glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
     except (InvalidSyntax, Unsupported) as exc:
         raise RegexError(f"regex {pattern!r}: {type(exc).__name__}: {str(exc) or 'invalid syntax'}") from None
     except (RegexError, StateLimitError) as exc:
         raise type(exc)(f"regex {pattern!r}: {exc}") from None
     except Exception as exc:  # interegular raises bare Exceptions for some malformed patterns
         raise RegexError(f"regex {pattern!r} could not be compiled: {exc}") from None
-    class_target, accepting, start, mapping = char_dfa
-    num_classes = class_target.shape[1] - 1
-    if alphabet.kind == "bytes" and len(class_target) > 64:
-        # Minimise over character classes before expanding: each state that reads multi-byte characters gets
-        # its own copy of the UTF-8 trie, and the position construction leaves many equivalent states (a YAML
-        # string's regex: 581 class states, 113 after minimising; a YAML object's byte automaton went from
-        # 344k states, over the limit, to a few hundred).
-        labels = Alphabet("labels", tuple(str(i) for i in range(class_target.shape[1])))
-        small = DFA(class_target.astype(np.int32), accepting, start, labels).minimise()
-        class_target, accepting, start = small.transitions, small.accepting, small.start
-    other = mapping[anything_else]  # class of characters the pattern never names
 
+
+def _class_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int) -> DFA:
+    labels = Alphabet("labels", tuple(str(i) for i in range(class_target.shape[1])))
+    return DFA(class_target.astype(np.int32), accepting, start, labels)
+
+
+def _expand(class_target: np.ndarray, accepting: np.ndarray, start: int, mapping: dict, alphabet: Alphabet,
+            max_states: int) -> DFA:
+    """A character-class DFA over ``alphabet``'s symbols (characters, or UTF-8 bytes through the trie)."""
+    other = mapping[anything_else]  # class of characters the pattern never names
     if alphabet.kind == "chars":
         symbol_class = np.array([mapping.get(c, other) for c in alphabet.chars], dtype=np.int64)
-        dfa = DFA(class_target[:, symbol_class], accepting, start, alphabet)
-    else:
-        dfa = _utf8_dfa(class_target, accepting, start, mapping, other, num_classes, max_states)
-
-    dfa = dfa.minimise() if minimise else dfa.trim()  # both trim: an empty language keeps no accepting state
-    if not dfa.accepting.any():
-        raise EmptyLanguageError(f"regex {pattern!r} matches no string over the {alphabet.kind} alphabet")
-    return dfa
+        return DFA(class_target[:, symbol_class], accepting, start, alphabet)
+    return _utf8_dfa(class_target, accepting, start, mapping, other, class_target.shape[1] - 1, max_states)
 
 
 def _interegular_char_dfa(tree, max_states: int) -> glushkov.CharDFA:

@@ -166,9 +166,16 @@ class Guide:
 
     def __init__(self, transitions: TokenTransitions, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                  max_states: int = 100_000, cache_size: int = 4096, name: str = "",
-                 eos_token_ids: list[int] | None = None, _seeds: "_Seeds | None" = None):
+                 eos_token_ids: list[int] | None = None, start_context: int = 0,
+                 exit_live: np.ndarray | None = None, _seeds: "_Seeds | None" = None):
         if cache_size < 1:
             raise ValueError(f"cache_size must be at least 1, not {cache_size}")
+        if not 0 <= start_context < canonical.num_open_contexts or (start_context and not canonical_only):
+            raise ValueError(f"start_context {start_context} is not an open context of the automaton")
+        self._start_context = start_context  # node 0 is (start, start_context): a fragment entered mid-text
+        # exits of a fragment (``product.stitched``): ``exit_live[q, ctx]`` makes node (q, ctx) final where the
+        # text goes on in another fragment that is live from context ctx, whether or not the text could end there
+        self._exit_live = exit_live
         self.name = name
         self.canonical_only = canonical_only
         self._tokens = canonical
@@ -183,7 +190,7 @@ class Guide:
         self._explore(max_states)
         self._rows: list[tuple] = [()] * self.num_nodes
         self._solve_liveness()
-        self.initial_state = self._automaton.start_class % self._M  # node 0 is (start, context 0)
+        self.initial_state = self._automaton.start_class % self._M  # node 0, merge class 0 (forbids nothing)
         if not self._is_live(0, self.initial_state):
             raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
                                      f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
@@ -199,6 +206,10 @@ class Guide:
         if _seeds is None:
             self._dead_bits = self._entering = self._entering_bounds = self._narrow = None
         self._pending_tokens = self._pending_inside = self._pending_edges = self._pending_unit_bounds = None
+        self._init_mask_cache(cache_size)
+        self._mask(self.initial_state)  # the first step's mask is part of compiling (and warms the mask path)
+
+    def _init_mask_cache(self, cache_size: int) -> None:
         self._cache_size = cache_size
         self._slot_of: OrderedDict[int, int] = OrderedDict()  # cached state -> its row in the slab, LRU order
         # One guide serves concurrent requests: the cache's slots and rows change under a lock. (Unlocked, 4
@@ -207,7 +218,87 @@ class Guide:
         self._slabs: list[np.ndarray] = []
         self._add_slab()
         self._forced: dict[int, tuple[int, ...]] = {}
-        self._mask(self.initial_state)  # the first step's mask is part of compiling (and warms the mask path)
+
+    # ---- storage (``product.library``): a compiled guide as named arrays, no pickle ---------------------------
+    _ROW_KINDS = {"packed X": 1, "sparse": 2, "dense": 3}
+
+    def _to_arrays(self) -> dict[str, np.ndarray]:
+        """What a compiled plain guide needs at run time, as arrays (its rows flattened: kind per node, then the
+        row's arrays one after another in ``row_data``, bounded by ``row_bounds``)."""
+        if self._seeds is not None or type(self) is not Guide:
+            raise TypeError("only plain guides are stored as arrays")
+        kinds, parts = np.zeros(self.num_nodes, dtype=np.int8), []
+        for node, row in enumerate(self._rows):
+            if not row:
+                continue
+            if row[0] and row[1] is not None:
+                kinds[node] = 1
+                parts += [row[1].view(np.int32), row[3], row[4]]
+            elif row[0]:
+                kinds[node] = 2
+                parts += [row[2], row[3], row[4]]
+            else:
+                kinds[node] = 3
+                parts += [row[1].view(np.int32), row[2].view(np.int32)]
+        R = self._transitions
+        return {
+            "transitions_offsets": R.offsets, "transitions_tokens": R.tokens, "transitions_targets": R.targets,
+            "transitions_accepting": R.accepting, "transitions_start": np.array(R.start),
+            "node_q": self._node_q, "node_ctx": self._node_ctx, "final": self._final,
+            "row_kinds": kinds, "row_bounds": row_bounds(np.array([len(a) for a in parts], dtype=np.int64)),
+            "row_data": np.concatenate(parts).astype(np.int32) if parts else np.zeros(0, np.int32),
+            "pending_row_tokens": self._pending_row_tokens, "pending_row_bounds": self._pending_row_bounds,
+            "pending_index": self._pending_index, "eos_token_ids": np.array(self.eos_token_ids, dtype=np.int64),
+            "settings": np.array([int(self.canonical_only), self._start_context, self.initial_state], dtype=np.int64),
+        }
+
+    @classmethod
+    def _from_arrays(cls, arrays: dict[str, np.ndarray], canonical: CanonicalAutomaton, *, name: str = "",
+                     cache_size: int = 64) -> "Guide":
+        """The guide ``_to_arrays`` wrote, for ``canonical`` (the automaton it was compiled for: the caller
+        checks that). ``ValueError`` if the arrays do not fit together."""
+        canonical_only, start_context, initial_state = (int(v) for v in arrays["settings"])
+        guide = cls.__new__(cls)
+        guide.name, guide.canonical_only, guide._tokens = name, bool(canonical_only), canonical
+        guide._automaton = canonical if canonical_only else _any_tokenization(canonical)
+        guide._forbidden = _forbidden_index(guide._automaton)
+        guide._transitions = TokenTransitions(arrays["transitions_offsets"], arrays["transitions_tokens"],
+                                              arrays["transitions_targets"], arrays["transitions_accepting"],
+                                              int(arrays["transitions_start"]))
+        guide.vocab_size, guide.num_words = canonical.vocab_size, (canonical.vocab_size + 31) // 32
+        guide.eos_token_ids = tuple(int(t) for t in arrays["eos_token_ids"])
+        guide._M, guide._seeds, guide._start_context, guide._exit_live = guide._automaton.num_merge_classes, None, \
+            start_context, None
+        guide._node_q, guide._node_ctx, guide._final = arrays["node_q"], arrays["node_ctx"], arrays["final"]
+        N = len(guide._node_q)
+        if len(guide._node_ctx) != N or len(guide._final) != N or len(arrays["row_kinds"]) != N:
+            raise ValueError("node arrays of different lengths")
+        guide._node_of = dict(zip(zip(guide._node_q.tolist(), guide._node_ctx.tolist()), range(N)))
+        guide._is_pending = guide._node_ctx >= guide._automaton.num_open_contexts
+        data, bounds = arrays["row_data"], arrays["row_bounds"]
+        parts = [data[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        rows: list[tuple] = [()] * N
+        i = 0
+        for node, kind in zip(np.flatnonzero(arrays["row_kinds"]).tolist(),
+                              arrays["row_kinds"][arrays["row_kinds"] > 0].tolist()):
+            if kind == 1:
+                rows[node] = (True, parts[i].view(np.uint32), _NO_TOKENS, parts[i + 1], parts[i + 2])
+                i += 3
+            elif kind == 2:
+                rows[node] = (True, None, parts[i], parts[i + 1], parts[i + 2])
+                i += 3
+            else:
+                rows[node] = (False, parts[i].view(np.uint32), parts[i + 1].view(np.uint32))
+                i += 2
+        if i != len(parts):
+            raise ValueError("row data does not match the row kinds")
+        guide._rows = rows
+        guide._pending_row_tokens, guide._pending_row_bounds = arrays["pending_row_tokens"], arrays["pending_row_bounds"]
+        guide._pending_index = arrays["pending_index"]
+        guide.initial_state = initial_state
+        guide._status = guide._dead_row = guide._dead_bits = None  # liveness is in the rows already
+        guide._init_mask_cache(cache_size)
+        return guide
 
     def __getstate__(self) -> dict:
         """A guide pickles (e.g. to a worker process) without its lock (the copy gets a fresh one) and memoryviews
@@ -459,7 +550,7 @@ class Guide:
         self._open_edges: dict[int, _OpenEdges] = {}
         self._successors: dict[int, np.ndarray] = {}  # distinct target nodes of each open node
         layers = []  # per layer of pending nodes: (nodes, edges per node, tokens, inside targets)
-        node_ids(np.array([R.start * num_ctx]))
+        node_ids(np.array([R.start * num_ctx + self._start_context]))
         if self._seeds is not None:  # extra roots (``product.counted``): explored like the start
             self._seed_ids = node_ids(self._seeds.keys)
         done = 0
@@ -488,6 +579,9 @@ class Guide:
         self._node_of = dict(zip(zip(self._node_q.tolist(), self._node_ctx.tolist()), range(N)))
         self._is_pending = self._node_ctx >= num_open
         self._final = R.accepting[self._node_q] & A.context_final[self._node_ctx]
+        if self._exit_live is not None:
+            open_ = ~self._is_pending
+            self._final[open_] |= self._exit_live[self._node_q[open_], self._node_ctx[open_]]
         # the pending nodes' edges as one table: node pending_nodes[i] has edges pending_bounds[i]:[i + 1]
         parts = list(zip(*layers)) if layers else [[np.zeros(0, np.int64)], [np.zeros(0, np.int64)],
                                                     [np.zeros(0, np.int32)], [np.zeros(0, np.int64)]]

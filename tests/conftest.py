@@ -1,6 +1,12 @@
 """Shared fixtures: the five real tokenizers (fetched through bpe.assets, never mocked) and their runtimes."""
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadlines: they measure the machine, not the code (a loaded CI machine once took 278 ms for an
+# example that takes 6 ms). Speed is measured by the benchmarks in bench/.
+settings.register_profile("canonmerge", deadline=None)
+settings.load_profile("canonmerge")
 
 from bpe import load_tokenizer
 from bpe.assets import TOKENIZERS, reference_runtime, tokenizer_source

@@ -49,11 +49,18 @@ def test_generate_writes_yaml_that_validates_against_the_example_schema():
     assert len(ids) <= report["forward_passes"] + report["forced_tokens"] <= len(ids) + 1
 
 
-def test_compile_schema_reports_the_guide():
-    done = canonmerge("compile-schema", str(ROOT / "vegas" / "examples" / "person.json"), "--tokenizer", "gpt2")
+def test_compile_schema_reports_the_guide_and_reuses_the_on_disk_library():
+    schema = str(ROOT / "vegas" / "examples" / "person.json")
+    canonmerge("compile-schema", schema, "--tokenizer", "gpt2")
+    done = canonmerge("compile-schema", schema, "--tokenizer", "gpt2")  # a new process: only the disk library
     assert done.returncode == 0, done.stderr
     nodes = int(re.search(r"guide\s+(\d+) nodes", done.stdout).group(1))
     assert nodes > 10 and "compiled in" in done.stdout
+    reused, compiled, distinct = map(int, re.search(r"fragments\s+(\d+) reused, (\d+) compiled \((\d+) distinct",
+                                                    done.stdout).groups())
+    assert compiled == 0 and reused >= distinct > 1
+    stored = int(re.search(r"library\s+.*: (\d+) fragments", done.stdout).group(1))
+    assert stored >= distinct
 
 
 def test_help_lists_every_command():

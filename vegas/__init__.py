@@ -11,8 +11,9 @@ guide accepts for it), ``schema_regex`` (the regex both are built on), ``SchemaE
     >>> vegas.format_instance({"name": "Ada"}, schema, style="yaml")
     'name: Ada'
 
-What it leaves out for now: the schema is compiled as one regex (the Vegas fragment library — pieces between hard
-token boundaries compiled once per tokenizer and stitched — is the next step).
+A schema compiles into a guide stitched from fragments between hard token boundaries (``product.stitched``),
+each compiled once per tokenizer and kept in memory and on disk (``product.library``). What it leaves out: a
+fragment holding a counted repetition (``maxLength: 100``...) is not cut yet; such a schema compiles as one regex.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ __all__ = ["compile_schema", "format_instance", "schema_regex", "SchemaError", "
 
 def compile_schema(schema, canonical, *, style: str = "json", strict: bool = False, max_recursion: int = 3,
                    any_depth: int = 2, canonical_only: bool = True, max_states: int = 100_000,
-                   max_transitions: int = 50_000_000, cache_size: int = 4096, eos_token_ids: list[int] | None = None):
+                   max_transitions: int = 50_000_000, cache_size: int = 4096, eos_token_ids: list[int] | None = None,
+                   library_dir=None):
     """The guide of the texts of ``schema``'s instances in the layout of ``style`` (``"json"`` or ``"yaml"``),
     tokenized canonically for ``canonical``'s tokenizer (a ``bpe.compile_tokenizer`` automaton).
 
@@ -35,13 +37,29 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     times a recursive ``$ref`` is unrolled. ``any_depth``: how deep values of ``true`` schemas nest. The other
     options (``eos_token_ids`` among them) are ``product.compile_regex``'s.
 
+    The guide is stitched from fragments (``product.stitched``) kept in memory and in the on-disk library
+    ``library_dir`` (default ``<canonmerge cache>/fragments``; ``False``: memory only), so schemas sharing
+    value types compile mostly from what earlier ones compiled. Where the schema cannot be cut into fragments
+    (a counted repetition such as ``maxLength: 100`` inside one), it is compiled as one regex: same guide, slower.
+
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
     """
     from product import compile_regex
+    from product.library import FragmentStore, default_library_dir
+    from product.stitched import StitchError, compile_stitched
+    from vegas.schema import TOP, Compiler, load_schema
 
-    regex = schema_regex(schema, style, strict=strict, max_recursion=max_recursion, any_depth=any_depth)
-    name = schema.get("title", "schema") if isinstance(schema, dict) else "schema"
-    return compile_regex(regex, canonical, canonical_only=canonical_only, max_states=max_states,
-                         max_transitions=max_transitions, cache_size=cache_size, eos_token_ids=eos_token_ids,
-                         name=f"{name} ({style})")
+    compiler = Compiler(load_schema(schema), style, strict=strict, max_recursion=max_recursion, any_depth=any_depth,
+                        leaves=True)
+    skeleton = compiler.value(compiler.root, "#", TOP)
+    if skeleton is None:
+        raise SchemaError("no instance satisfies the schema", pointer="#")
+    title = schema.get("title", "schema") if isinstance(schema, dict) else "schema"
+    options = dict(canonical_only=canonical_only, max_states=max_states, max_transitions=max_transitions,
+                   cache_size=cache_size, eos_token_ids=eos_token_ids, name=f"{title} ({style})")
+    try:
+        store = None if library_dir is False else FragmentStore(library_dir or default_library_dir())
+        return compile_stitched(skeleton, compiler.leaves, canonical, store=store, **options)
+    except StitchError:
+        return compile_regex(compiler.expand(skeleton), canonical, **options)

@@ -286,6 +286,8 @@ def _compile_tokenizer(args: argparse.Namespace) -> int:
 
 def _compile_schema(args: argparse.Namespace) -> int:
     import vegas
+    from product.library import FragmentStore, default_library_dir
+    from product.stitched import StitchedGuide
 
     schema = _read_schema(args.schema)
     started = time.perf_counter()
@@ -293,13 +295,20 @@ def _compile_schema(args: argparse.Namespace) -> int:
     to_regex = time.perf_counter()
     _, canonical = _canonical(_source(args.tokenizer), args.tokenizer or DEFAULT_TOKENIZER)
     loaded = time.perf_counter()
+    store = FragmentStore(default_library_dir())
     with Progress("schema"):
         guide = vegas.compile_schema(schema, canonical, style=args.style)
     done = time.perf_counter()
     print(f"schema            {args.schema} ({args.style})")
     print(f"regex             {len(regex)} characters in {1e3 * (to_regex - started):.1f} ms")
+    if isinstance(guide, StitchedGuide):
+        print(f"fragments         {guide.fragments_reused} reused, {guide.fragments_compiled} compiled "
+              f"({guide.num_fragments} distinct)")
+    else:
+        print("fragments         none: compiled as one regex (a counted repetition or an uncut cycle in a fragment)")
     print(f"guide             {guide.num_nodes} nodes, {guide.memory_bytes / 2**20:.1f} MiB, compiled in "
-          f"{done - loaded:.2f} s (tokenizer loaded in {loaded - to_regex:.2f} s)")
+          f"{1e3 * (done - loaded):.1f} ms (tokenizer loaded in {loaded - to_regex:.2f} s)")
+    print(f"library           {store.directory}: {store.count()} fragments, {store.size_bytes() / 2**20:.1f} MiB")
     return 0
 
 

@@ -24,6 +24,7 @@ keys; duplicated additional keys are not excluded (no regular language can).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field
@@ -119,7 +120,7 @@ class Compiler:
     """Walks one schema (the root of every ``$ref``) in one style. Regexes are memoised per (node, position)."""
 
     def __init__(self, root, style: str = "json", *, strict: bool = False, max_recursion: int = 3,
-                 any_depth: int = 2):
+                 any_depth: int = 2, leaves: bool = False):
         if style not in ("json", "yaml"):
             raise ValueError(f"style must be 'json' or 'yaml', not {style!r}")
         if not isinstance(root, (dict, bool)):
@@ -127,6 +128,30 @@ class Compiler:
         self.root, self.style, self.strict = root, style, strict
         self.max_recursion, self.any_depth = max_recursion, any_depth
         self._memo: dict = {}
+        # leaves=True: scalar values and free keys are written as placeholder characters standing for their
+        # regexes (``self.leaves``), so the regex left is the literal structure: the skeleton product.stitched cuts.
+        self.leaves: dict[str, str] | None = {} if leaves else None
+        self._leaf_of: dict[str, str] = {}
+
+    def leaf(self, regex: str | None) -> str | None:
+        """``regex`` itself, or in skeleton mode the placeholder character standing for it."""
+        if regex is None or self.leaves is None:
+            return regex
+        if regex not in self._leaf_of:
+            from product.stitched import PLACEHOLDERS, StitchError
+
+            if len(self._leaf_of) >= len(PLACEHOLDERS):
+                raise StitchError(f"more than {len(PLACEHOLDERS)} distinct leaf regexes")
+            char = chr(PLACEHOLDERS[len(self._leaf_of)])
+            self._leaf_of[regex] = char
+            self.leaves[char] = regex
+        return self._leaf_of[regex]
+
+    def expand(self, regex: str | None) -> str | None:
+        """A skeleton regex with its placeholders replaced by what they stand for."""
+        if regex is None or not self.leaves:
+            return regex
+        return "".join(f"(?:{self.leaves[c]})" if c in self.leaves else c for c in regex)
 
     # ---- normalisation -----------------------------------------------------------------------------------------
     def resolve_ref(self, ref, pointer: str) -> tuple[object, str]:
@@ -335,7 +360,7 @@ class Compiler:
                     if not set(a.types + b.types) <= set(_SCALARS + ("integer",)):
                         raise UnsupportedSchemaError(f"oneOf branches {i} and {j} are not provably disjoint",
                                                      keyword="oneOf", pointer=pointer) from None
-                    ra, rb = (_union(self.typed(x, t, TOP) for t in x.types) for x in (a, b))
+                    ra, rb = (self.expand(_union(self.typed(x, t, TOP) for t in x.types)) for x in (a, b))
                     overlap = ra is not None and rb is not None and not \
                         from_regex(ra).intersect(from_regex(rb)).is_empty()
                 if overlap:
@@ -346,12 +371,38 @@ class Compiler:
     # ---- regexes -----------------------------------------------------------------------------------------------
     def value(self, schema, pointer: str, pos: Position, stack: tuple[str, ...] = ()) -> str | None:
         """The regex of the texts of every instance of ``schema`` written at ``pos`` (None: no instance)."""
-        key = (pointer, pos, stack, id(schema))
+        key = (pointer, pos, stack, id(schema), self.leaves is None)
+        if key not in self._memo and self.leaves is not None and (schema is True or schema == {}):
+            # "anything" is one leaf in a skeleton: it is the same wherever it appears (at one position and
+            # depth), so its fragment compiles once, and the skeleton keeps only the schema's own structure
+            leaves, self.leaves = self.leaves, None
+            try:
+                regex = self.value(schema, pointer, pos, stack)
+            finally:
+                self.leaves = leaves
+            self._memo[key] = (schema, self.leaf(regex))
         if key not in self._memo:
-            self._memo[key] = (schema, _union(self.typed(alt, t, pos) for alt in self.alternatives(schema, pointer,
-                                                                                                   stack)
-                                              for t in alt.types))
+            parts = [self.typed(alt, t, pos) for alt in self.alternatives(schema, pointer, stack) for t in alt.types]
+            self._memo[key] = (schema, _union(self._merge_leaves(parts)))
         return self._memo[key][1]
+
+    def _merge_leaves(self, parts: list[str | None]) -> list[str | None]:
+        """In skeleton mode, alternatives that are each one leaf after the same lead become one leaf: the
+        skeleton reads placeholders as distinct symbols, so two leaves whose languages overlap (an integer and a
+        number) must not branch it."""
+        if self.leaves is None:
+            return parts
+        out, merged = [], {}
+        for part in parts:
+            if part and part[-1] in self.leaves and part[-1] not in part[:-1] and not any(c in self.leaves for c in part[:-1]):
+                lead = part[:-1]
+                if lead not in merged:
+                    merged[lead] = len(out)
+                    out.append([lead])
+                out[merged[lead]].append(self.leaves[part[-1]])
+            else:
+                out.append(part)
+        return [p if not isinstance(p, list) else p[0] + self.leaf(_union(p[1:])) for p in out]
 
     def typed(self, alt: Alternative, type_: str, pos: Position) -> str | None:
         s, p = alt.schema, alt.pointer
@@ -359,9 +410,9 @@ class Compiler:
             return self._enum(alt, type_, pos)
         lead = pos.scalar_lead() if self.style == "yaml" else ""
         if type_ == "null":
-            return lead + "null"
+            return lead + self.leaf("null")
         if type_ == "boolean":
-            return lead + "(true|false)"
+            return lead + self.leaf("(true|false)")
         if type_ in ("integer", "number"):
             return self._number(s, p, type_, lead)
         if type_ == "string":
@@ -376,7 +427,12 @@ class Compiler:
             raise SchemaError("enum must be an array", keyword="enum", pointer=alt.pointer)
         texts = [write_value(v, self.style, pos) for v in values if _json_type(v, type_)
                  and _satisfies_scalar_keywords(v, alt.schema)]
-        return _union(literal(t) for t in texts)
+        lead = pos.scalar_lead() if self.style == "yaml" and type_ not in ("object", "array") else ""
+        if not texts:
+            return None
+        if not lead or not all(t.startswith(lead) for t in texts):
+            return self.leaf(_union(literal(t) for t in texts))
+        return lead + self.leaf(_union(literal(t[len(lead):]) for t in texts))
 
     def _number(self, s: dict, p: str, type_: str, lead: str) -> str | None:
         lo, hi, lo_x, hi_x = None, None, False, False
@@ -402,7 +458,7 @@ class Compiler:
             regex = lexical.integer_regex(lo, hi)
         else:
             regex = lexical.number_regex(lo, hi, lo_exclusive=lo_x, hi_exclusive=hi_x, style=self.style)
-        return None if regex is None else lead + regex
+        return None if regex is None else lead + self.leaf(regex)
 
     def _string(self, s: dict, p: str, lead: str) -> str | None:
         lo, hi = _count(s, "minLength", 0, p), _count(s, "maxLength", None, p)
@@ -421,10 +477,10 @@ class Compiler:
                                              pointer=p)
             body = fmt_regex  # formats use no character the layout escapes
         elif self.style == "yaml" and not yaml_always_quoted(s):
-            return lead + _union([lexical.plain_regex(), '"' + lexical.not_plain_body("yaml") + '"'])
+            return lead + self.leaf(_union([lexical.plain_regex(), '"' + lexical.not_plain_body("yaml") + '"']))
         else:
             body = lexical.free_string_body(self.style, lo, hi)
-        return f'{lead}"{body}"'
+        return lead + self.leaf(f'"{body}"')
 
     def _array(self, alt: Alternative, pos: Position) -> str | None:
         s, p = alt.schema, alt.pointer
@@ -506,13 +562,18 @@ class Compiler:
 
     def _other_key(self, declared: list[str]) -> str:
         """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
-        return '"' + _string_except(declared, self.style) + ('": ' if self.style == "json" else '":')
+        return self.leaf('"' + _string_except(declared, self.style) + '"') + (": " if self.style == "json" else ":")
 
 
 def _string_except(words: list[str], style: str) -> str:
     """The written characters of any string except ``words``: walk the words' trie; a string leaves it at some
     character, or ends on a node that is no word."""
-    trie = word_trie(words)
+    return _string_except_cached(tuple(words), style)
+
+
+@functools.lru_cache(maxsize=1024)
+def _string_except_cached(words: tuple[str, ...], style: str) -> str:
+    trie = word_trie(list(words))
     any_ = f"({spelled(ANY, style)})*"
 
     def walk(node: dict) -> str:

@@ -1,0 +1,562 @@
+"""Stitched guides: a constraint cut at hard token boundaries into fragments, each compiled once and reused.
+
+A position in a text is *hard* for a tokenizer when no vocabulary token contains the two bytes around it: no
+token can then cross it (every intermediate BPE symbol is a vocabulary token, so no merge can join the two
+sides), and a canonical tokenization of the whole is the canonical tokenizations of the two sides, one after
+the other. Only the pre-tokenizer's context (``ctx``) carries over; the merge class of the last token does not
+matter, since no token it could forbid starts at the boundary. So a guide for the text after a hard position
+is the guide of that fragment's own regex, started in the context the text before left (``Guide``'s
+``start_context``) — and it is the same guide in every constraint that has that fragment there.
+
+The input is a *skeleton*: a regex whose leaves (string bodies, numbers, keys...) are placeholder characters,
+each standing for a regex (``vegas.schema`` writes JSON Schema this way). Its character DFA is small: only
+the literal structure (keys, punctuation) is in it. A state of the skeleton is *cut* when every edge into it
+reads a literal character x, every edge out of it a literal character y, and no token contains the last byte
+of any x followed by the first byte of any y. A fragment is what the skeleton reads from a cut state (or the
+start) up to the next cut states, its *exits*: written as a regex (placeholders replaced by their regexes, each
+exit by a marker, ``automata.regex.exit_marker``) and compiled by ``from_regex_exits`` into a byte DFA that
+knows which accepting state is which exit. Exit 0 is the end of the text.
+
+At run time a state is (fragment instance, state of the instance's guide), numbered into one int. When a token
+reaches an exit, the state moves to the next instance's initial state in the context the token left: an
+instance is (cut state, entry context), built for every context an exit node of its predecessor has. So the
+masks are the fragment guides' masks, unchanged, and every allowed token still leads to a live state: each
+instance's exits are final nodes of its guide, and the instance they lead to is checked live when it is built.
+
+Compiled fragments are kept per canonical automaton in ``FragmentLibrary`` (memory, and on disk when given a
+directory: ``product.library``), keyed by their regex, entry context, EOS and options: a new constraint
+compiles only the fragments no earlier one had.
+
+Leaves out (``StitchError``: the caller compiles the whole regex instead): fragments with a cycle that no cut
+state breaks, and fragments whose regex has a counted repetition (``product.counted`` does not read exit
+markers yet).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+import re
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from automata import MISSING, EmptyLanguageError
+from automata.errors import CanonmergeError
+from automata.regex import _char_dfa, exit_marker, from_regex_exits
+from interegular.fsm import anything_else
+from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
+from product.counted import MIN_COUNT
+from product.guide import Guide, InvalidTokenError, _guide_eos, _per_automaton, vocabulary_trie
+from product.token_regex import TokenTransitions
+
+__all__ = ["StitchedGuide", "StitchError", "compile_stitched", "Fragment", "FragmentLibrary", "PLACEHOLDERS"]
+
+END = -1  # a root of an instance: the text may end where the instance starts
+PLACEHOLDERS = range(0xD800, 0xDC00)  # placeholder characters of a skeleton: lone surrogates, in no text
+_MAX_FRAGMENT_REGEX = 200_000  # characters: a fragment's regex is written as a tree; sharing is not kept
+_COUNTED = re.compile(r"(?<!\\)\{(\d+),(\d+)\}")
+
+
+class StitchError(CanonmergeError):
+    """The skeleton cannot be cut into fragments this module compiles (see the module docstring)."""
+
+
+class _SoftExits(Exception):
+    """A fragment's text can go on past these exits (a leaf that overlaps the literal before a cut state, e.g. a
+    free key's opening quote): they must not be cut in this fragment."""
+
+    def __init__(self, exits: set[int]):
+        self.exits = exits
+
+
+@dataclass(eq=False)
+class Fragment:
+    """A compiled fragment: its guide (started in ``entry_context``), and per guide node the exits it is at,
+    ``exit_sets[exit_of_node[node]]`` (-1: none; exit 0 is the end of the text, k >= 1 the fragment's k-th cut
+    exit; a text may be at several when alternatives overlap)."""
+    regex: str
+    entry_context: int
+    guide: Guide
+    exit_of_node: np.ndarray
+    exit_sets: list[tuple[int, ...]]
+    seconds: float  # compile time
+
+
+@dataclass(eq=False)
+class _Instance:
+    """A fragment where the skeleton reaches the cut states ``roots`` (``END`` among them: the text may also
+    end there) in context ``entry_context``. ``next_of_node``: per node of the fragment's guide, the instance
+    its exits lead to (-1: no cut exit there)."""
+    roots: frozenset
+    entry_context: int
+    fragment: Fragment
+    next_of_node: np.ndarray = field(default=None)
+
+
+class FragmentLibrary:
+    """Compiled fragments of one canonical automaton in memory (most recently used first, at most
+    ``max_fragments``), backed by a ``product.library.FragmentStore`` on disk when ``get`` is given one. Counts
+    what it served: ``reused`` (found in memory or on disk) and ``compiled``."""
+
+    def __init__(self, canonical: CanonicalAutomaton, max_fragments: int = 4096):
+        from collections import OrderedDict
+
+        self.canonical = canonical
+        self.max_fragments = max_fragments
+        self._fragments: "OrderedDict[tuple, Fragment]" = OrderedDict()
+        self.reused = self.compiled = 0
+        self._soft: dict[str, set[int]] = {}  # fragment regexes found to have soft exits
+
+    def get(self, regex: str, entry_context: int, *, dead_exits: frozenset = frozenset(), canonical_only: bool,
+            eos: tuple[int, ...], max_states: int, max_transitions: int, store=None) -> Fragment:
+        """The fragment of ``regex`` entered in ``entry_context``, with the exits (k, context) of ``dead_exits``
+        not final. ``EmptyLanguageError`` if it has no live text."""
+        key = (regex, entry_context, dead_exits, canonical_only, eos)
+        fragment = self._fragments.get(key)
+        if fragment is not None:
+            self._fragments.move_to_end(key)
+            self.reused += 1
+            return fragment
+        if store is not None:
+            fragment = store.load(self.canonical, *key)
+            if fragment is not None:
+                self.reused += 1
+        if fragment is None:
+            if regex in self._soft:
+                raise _SoftExits(self._soft[regex])
+            try:
+                fragment = _compile_fragment(regex, entry_context, dead_exits, self.canonical,
+                                             canonical_only=canonical_only, eos=eos, max_states=max_states,
+                                             max_transitions=max_transitions)
+            except _SoftExits as soft:
+                self._soft[regex] = soft.exits
+                raise
+            self.compiled += 1
+            if store is not None:
+                store.save(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
+        self._fragments[key] = fragment
+        if len(self._fragments) > self.max_fragments:
+            self._fragments.popitem(last=False)
+        return fragment
+
+    def __len__(self) -> int:
+        return len(self._fragments)
+
+
+def fragment_library(canonical: CanonicalAutomaton) -> FragmentLibrary:
+    """The in-memory library of ``canonical`` (one per automaton object)."""
+    return _per_automaton(canonical, "fragments", lambda: FragmentLibrary(canonical))
+
+
+def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, canonical: CanonicalAutomaton, *,
+                      canonical_only: bool, eos: tuple[int, ...], max_states: int, max_transitions: int) -> Fragment:
+    if any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex)):
+        raise StitchError("a fragment has a counted repetition")
+    start = time.perf_counter()
+    dfa, exit_of, exit_sets = from_regex_exits(regex, max_states=max_states)
+    goes_on = (dfa.transitions != MISSING).any(axis=1)
+    soft = {k for q in np.flatnonzero(goes_on & (exit_of >= 0)).tolist() for k in exit_sets[exit_of[q]] if k >= 1}
+    if soft:
+        raise _SoftExits(soft)
+    transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
+    # the text may end (EOS) only at exit 0; a cut exit is final where the fragment it leads to is live
+    ends = np.array([0 in e for e in exit_sets] + [False], dtype=bool)[exit_of]
+    transitions = dataclasses.replace(transitions, accepting=ends)
+    num_contexts = canonical.num_contexts if canonical_only else 1
+    exit_live = np.zeros((len(exit_of), num_contexts), dtype=bool)
+    exit_live[np.array([any(k >= 1 for k in e) for e in exit_sets] + [False], dtype=bool)[exit_of]] = True
+    for exits, ctx in dead_exits:
+        exit_live[exit_of == exit_sets.index(exits), ctx] = False
+    guide = Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states, cache_size=64,
+                  name="fragment", eos_token_ids=list(eos), start_context=entry_context, exit_live=exit_live)
+    return Fragment(regex, entry_context, guide, exit_of[guide._node_q], exit_sets, time.perf_counter() - start)
+
+
+# ---------------------------------------------------------------------------------------------- cutting ---
+
+def _inner_pairs(canonical: CanonicalAutomaton) -> np.ndarray:
+    """bool[256, 256]: byte x followed by byte y inside some token's bytes (so a token may cross between them)."""
+    def build():
+        blob = np.frombuffer(canonical.token_blob.tobytes(), dtype=np.uint8)
+        offsets = np.asarray(canonical.token_offsets, dtype=np.int64)
+        follows = np.ones(len(blob), dtype=bool)  # byte i and byte i + 1 are in one token
+        follows[np.maximum(offsets[1:] - 1, 0)] = False
+        follows[-1:] = False
+        i = np.flatnonzero(follows)
+        pairs = np.zeros((256, 256), dtype=bool)
+        pairs[blob[i], blob[i + 1]] = True
+        return pairs
+
+    return _per_automaton(canonical, "inner byte pairs", build)
+
+
+class _Skeleton:
+    """The skeleton's character DFA, its edges by class, and its cut states."""
+
+    def __init__(self, pattern: str, leaves: dict[str, str], canonical: CanonicalAutomaton, max_states: int):
+        class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+        self.table, self.accepting, self.start = class_target, accepting, start
+        chars_of: dict[int, list[str]] = {}
+        for char, c in mapping.items():
+            if char is not anything_else:
+                chars_of.setdefault(c, []).append(char)
+        self.chars_of = chars_of
+        for chars in chars_of.values():
+            if any(ord(ch) in PLACEHOLDERS and ch not in leaves for ch in chars):
+                raise StitchError("the skeleton has a character in the placeholder range that is no placeholder")
+        self.leaves = leaves
+        # per class: its regex label, whether it is all literal, and its characters' first and last UTF-8 bytes
+        self.label, literal, first, last = {}, {}, {}, {}
+        for c, chars in chars_of.items():
+            parts = [f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)]
+            self.label[c] = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+            literal[c] = not any(ch in leaves for ch in chars)
+            encoded = [ch.encode("utf-8", "surrogatepass") for ch in chars]
+            first[c] = {b[0] for b in encoded}
+            last[c] = {b[-1] for b in encoded}
+        # cut states, over the edges as arrays: (source, class, target) of every edge on a named character
+        pairs = _inner_pairs(canonical)
+        n = len(class_target)
+        named = np.zeros(class_target.shape[1], dtype=bool)
+        named[list(chars_of)] = True
+        source, cls = np.nonzero((class_target != MISSING) & named[None, :])
+        target = class_target[source, cls]
+        is_literal = np.array([literal.get(c, False) for c in range(class_target.shape[1])])[cls]
+        # the characters' bytes, numbered among the bytes the skeleton uses (a few dozen)
+        used = sorted(set().union(*first.values(), *last.values())) if chars_of else []
+        byte_index = {byte: i for i, byte in enumerate(used)}
+        first_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)  # per class: its first bytes
+        last_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)
+        for c in chars_of:
+            first_bytes[c, [byte_index[x] for x in first[c]]] = True
+            last_bytes[c, [byte_index[x] for x in last[c]]] = True
+        into_leaf = np.zeros(n, dtype=bool)
+        into_leaf[target[~is_literal]] = True
+        out_leaf = np.zeros(n, dtype=bool)
+        out_leaf[source[~is_literal]] = True
+        into = np.zeros((n, len(used)), dtype=bool)  # last bytes of the characters read into each state
+        edge, byte = np.nonzero(last_bytes[cls])
+        into[target[edge], byte] = True
+        out = np.zeros((n, len(used)), dtype=bool)  # first bytes of the characters read out of it
+        edge, byte = np.nonzero(first_bytes[cls])
+        out[source[edge], byte] = True
+        # a token may cross between q's last and next byte iff some pair (x in into[q], y in out[q]) is inner
+        inner = pairs[np.ix_(used, used)].astype(np.int32)
+        crossing = (((into.astype(np.int32) @ inner) > 0) & out).any(axis=1)
+        self.cut = into.any(axis=1) & out.any(axis=1) & ~into_leaf & ~out_leaf & ~crossing
+        self.cut[start] = False
+
+    def fragment(self, roots: frozenset, soft: frozenset = frozenset()) -> tuple[str, list[int]]:
+        """The regex of what the skeleton reads from any of ``roots`` (cut states, or ``END``: the text ends) up
+        to its exits, and the cut state of each exit (exit k >= 1 is ``exits[k - 1]``). Cut states in ``soft``
+        are written through, not cut."""
+        exits: list[int] = []
+        written: dict[int, str] = {}
+        on_path: set[int] = set()
+        size = [0]
+
+        def write(q: int, at_root: bool) -> str:
+            if self.cut[q] and not at_root and q not in soft:
+                if q not in exits:
+                    exits.append(q)
+                return exit_marker(exits.index(q) + 1)
+            if q in written:
+                return written[q]
+            if q in on_path:
+                raise _Cycle
+            on_path.add(q)
+            parts = [exit_marker(0)] if self.accepting[q] else []
+            row = self.table[q]
+            by_target: dict[int, list[int]] = {}
+            for c in np.flatnonzero(row != MISSING).tolist():
+                if c in self.chars_of:
+                    by_target.setdefault(int(row[c]), []).append(c)
+            for t, classes in by_target.items():
+                labels = [self.label[c] for c in classes]
+                label = labels[0] if len(labels) == 1 else "(?:" + "|".join(labels) + ")"
+                parts.append(label + write(t, False))
+            on_path.discard(q)
+            text = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+            size[0] += len(text)
+            if size[0] > _MAX_FRAGMENT_REGEX:
+                raise StitchError("a fragment's regex is too long to write out")
+            written[q] = text
+            return text
+
+        try:
+            parts = [exit_marker(0) if root == END else write(root, True) for root in sorted(roots)]
+        except _Cycle:
+            return self._eliminated(roots, soft)
+        return (parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"), exits
+
+    def _edges(self, q: int) -> dict[int, str]:
+        """q's edges: target -> the regex of the characters that lead there."""
+        row = self.table[q]
+        by_target: dict[int, list[int]] = {}
+        for c in np.flatnonzero(row != MISSING).tolist():
+            if c in self.chars_of:
+                by_target.setdefault(int(row[c]), []).append(c)
+        return {t: _alternation([self.label[c] for c in classes]) for t, classes in by_target.items()}
+
+    def _eliminated(self, roots: frozenset, soft: frozenset) -> tuple[str, list[int]]:
+        """``fragment`` for a fragment with a cycle (a YAML block whose line breaks are inside tokens): the
+        classic state elimination over its states, a new source and sink, and one node per exit."""
+        SOURCE, SINK = "source", "sink"
+        exits: list[int] = []
+        edges: dict = {}  # (from, to) -> regex
+
+        def add(a, b, regex):
+            edges[a, b] = regex if (a, b) not in edges else _alternation([edges[a, b], regex])
+
+        seen, todo = set(), []
+        for root in sorted(roots):
+            if root == END:
+                add(SOURCE, SINK, exit_marker(0))
+            else:
+                add(SOURCE, ("state", root), "")
+                todo.append(root)
+        while todo:
+            q = todo.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            if self.accepting[q]:
+                add(("state", q), SINK, exit_marker(0))
+            for t, label in self._edges(q).items():
+                if self.cut[t] and t not in soft:
+                    if t not in exits:
+                        exits.append(t)
+                    add(("state", q), ("exit", t), label)
+                else:
+                    add(("state", q), ("state", t), label)
+                    todo.append(t)
+        for t in exits:
+            add(("exit", t), SINK, exit_marker(exits.index(t) + 1))
+        nodes = {a for a, _ in edges} | {b for _, b in edges}
+        nodes -= {SOURCE, SINK}
+        while nodes:  # eliminate the node with the fewest in x out edges first
+            def cost(k):
+                return sum(1 for a, b in edges if b == k) * sum(1 for a, b in edges if a == k)
+            k = min(sorted(nodes, key=repr), key=cost)
+            loop = edges.pop((k, k), None)
+            ins = [(a, r) for (a, b), r in edges.items() if b == k]
+            outs = [(b, r) for (a, b), r in edges.items() if a == k]
+            for a, _ in ins:
+                del edges[a, k]
+            for b, _ in outs:
+                del edges[k, b]
+            star = f"(?:{loop})*" if loop is not None else ""
+            for a, r_in in ins:
+                for b, r_out in outs:
+                    add(a, b, r_in + star + r_out)
+            nodes.discard(k)
+            if sum(len(r) for r in edges.values()) > _MAX_FRAGMENT_REGEX:
+                raise StitchError("a fragment's regex is too long to write out")
+        return edges.get((SOURCE, SINK), ""), exits
+
+
+class _Cycle(Exception):
+    """The tree writer met a cycle inside a fragment."""
+
+
+def _alternation(parts: list[str]) -> str:
+    parts = list(dict.fromkeys(parts))
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+def _escape(ch: str) -> str:
+    return re.escape(ch) if ch.isascii() else ch
+
+
+# ---------------------------------------------------------------------------------------------- guides ---
+
+def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: CanonicalAutomaton, *,
+                     canonical_only: bool = True, max_states: int = 100_000, max_transitions: int = 50_000_000,
+                     cache_size: int = 4096, eos_token_ids: list[int] | None = None, name: str = "",
+                     library: FragmentLibrary | None = None, store=None) -> "StitchedGuide":
+    """The guide of ``skeleton`` with each placeholder character (a key of ``leaves``, in ``PLACEHOLDERS``)
+    standing for its regex, stitched from fragments of ``library`` (default: the automaton's in-memory one),
+    backed by ``store`` (a ``product.library.FragmentStore``; None: memory only).
+    Raises ``StitchError`` where it cannot cut (the caller compiles the whole regex instead) and
+    ``EmptyLanguageError`` if no text has a tokenization.
+
+    Liveness crosses fragments: an exit (k, ctx) is final in its fragment only if the instance it leads to is
+    live. Instances are first built with every exit live; an instance found dead (its fragment has no live
+    text from its entry context) makes the exits into it dead, and the fragments holding them are compiled
+    again with those exits dead (a different library entry), until nothing changes. Dead exits are rare (a YAML
+    line break whose pre-tokenizer context needs a space after it, then a key): most fragments compile once.
+    """
+    eos = _guide_eos(canonical, eos_token_ids)
+    library = fragment_library(canonical) if library is None else library
+    reused, compiled = library.reused, library.compiled
+    sk = _Skeleton(skeleton, leaves, canonical, max_states)
+    written: dict[frozenset, tuple[str, list[int]]] = {}
+    num_open = canonical.num_open_contexts if canonical_only else 1
+    options = dict(canonical_only=canonical_only, eos=eos, max_states=max_states, max_transitions=max_transitions,
+                   store=store)
+
+    # instances (roots, entry context): their fragment (None: dead), successors and the exits found dead
+    fragment_of: dict[tuple, Fragment | None] = {}
+    successors: dict[tuple, dict[int, tuple]] = {}  # guide node -> the instance its exits lead to
+    exits_into: dict[tuple, dict[tuple, tuple]] = {}  # instance -> successor -> (exit set, context) leading there
+    dead_exits: dict[tuple, frozenset] = {}
+    predecessors: dict[tuple, set] = {}
+
+    def build(key: tuple) -> None:
+        roots, ctx = key
+        soft = frozenset()
+        while True:
+            if (roots, soft) not in written:
+                written[roots, soft] = sk.fragment(roots, soft)
+            regex, exits = written[roots, soft]
+            try:
+                fragment = library.get(regex, ctx, dead_exits=dead_exits.get(key, frozenset()), **options)
+                break
+            except _SoftExits as found:
+                soft |= {exits[k - 1] for k in found.exits}
+            except EmptyLanguageError:
+                fragment_of[key] = None
+                successors[key] = {}
+                return
+        fragment_of[key] = fragment
+        guide, exit_of = fragment.guide, fragment.exit_of_node
+        nxt, into = {}, {}
+        cuts = np.array([any(k >= 1 for k in e) for e in fragment.exit_sets] + [False], dtype=bool)[exit_of]
+        for node in np.flatnonzero(cuts & guide._final).tolist():
+            exit_ctx = int(guide._node_ctx[node])
+            if exit_ctx >= num_open:
+                raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
+            exit_set = fragment.exit_sets[int(exit_of[node])]
+            succ = (frozenset(END if k == 0 else exits[k - 1] for k in exit_set), exit_ctx)
+            nxt[node] = succ
+            into[succ] = (exit_set, exit_ctx)
+        successors[key], exits_into[key] = nxt, into
+
+    start = (frozenset([sk.start]), 0)
+    queued = object()  # fragment_of's mark for an instance waiting to be built
+    fragment_of[start] = queued
+    pending = [start]
+    while pending:
+        key = pending.pop()
+        build(key)
+        if fragment_of[key] is None:  # dead: the exits into it die, and their fragments are built again
+            for pred in predecessors.get(key, ()):
+                if isinstance(fragment_of[pred], Fragment):
+                    dead_exits[pred] = dead_exits.get(pred, frozenset()) | {exits_into[pred][key]}
+                    pending.append(pred)
+            continue
+        dead = {exits_into[key][succ] for succ in successors[key].values()
+                if succ in fragment_of and fragment_of[succ] is None}
+        if dead:  # exits into instances already known dead: build again without them
+            dead_exits[key] = dead_exits.get(key, frozenset()) | dead
+            pending.append(key)
+            continue
+        for succ in successors[key].values():
+            predecessors.setdefault(succ, set()).add(key)
+            if succ not in fragment_of:
+                fragment_of[succ] = queued
+                pending.append(succ)
+    if fragment_of[start] is None:
+        raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
+                                 f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
+    # number the live instances reachable from the start
+    order, index = [start], {start: 0}
+    for key in order:
+        for succ in successors[key].values():
+            if succ not in index and fragment_of[succ] is not None:
+                index[succ] = len(order)
+                order.append(succ)
+    instances = []
+    for key in order:
+        fragment = fragment_of[key]
+        next_of_node = np.full(len(fragment.exit_of_node), -1, dtype=np.int64)
+        for node, succ in successors[key].items():
+            if fragment_of[succ] is None:
+                raise StitchError("internal: a live exit leads to a dead instance")
+            next_of_node[node] = index[succ]
+        instances.append(_Instance(key[0], key[1], fragment, next_of_node))
+    return StitchedGuide(instances, canonical, canonical_only=canonical_only, cache_size=cache_size, name=name,
+                         eos=eos, reused=library.reused - reused, compiled=library.compiled - compiled)
+
+
+class StitchedGuide(Guide):
+    """A ``Guide`` over fragment instances (``compile_stitched``): state = ``base[i]`` + a state of instance
+    i's guide. Masks, advance and acceptance are the fragment guides'; a token that reaches an exit moves the
+    state to the next instance's start. ``fragments_reused`` / ``fragments_compiled`` say how it was built."""
+
+    def __init__(self, instances: list[_Instance], canonical: CanonicalAutomaton, *, canonical_only: bool,
+                 cache_size: int, name: str, eos: tuple[int, ...], reused: int, compiled: int):
+        self.name = name
+        self.canonical_only = canonical_only
+        self._tokens = canonical
+        self.vocab_size = canonical.vocab_size
+        self.num_words = (self.vocab_size + 31) // 32
+        self.eos_token_ids = eos
+        self._instances = instances
+        self._guides = [inst.fragment.guide for inst in instances]
+        self._M = self._guides[0]._M
+        sizes = [g.num_nodes * self._M for g in self._guides]
+        self._base = [0] + np.cumsum(sizes).tolist()[:-1]
+        self._end = sum(sizes)
+        # exit node -> the next instance's initial state, as one global state
+        starts = np.array([b + g.initial_state for b, g in zip(self._base, self._guides)], dtype=np.int64)
+        self._jump = [np.where(inst.next_of_node >= 0, starts[np.maximum(inst.next_of_node, 0)], -1).tolist()
+                      for inst in instances]
+        self.initial_state = self._guides[0].initial_state
+        self.fragments_reused, self.fragments_compiled = reused, compiled
+        self._init_mask_cache(cache_size)
+        self._mask(self.initial_state)
+
+    # ---- sizes ----
+    @property
+    def num_nodes(self) -> int:
+        """Product nodes over the distinct fragments this guide uses."""
+        return sum(g.num_nodes for g in {id(g): g for g in self._guides}.values())
+
+    @property
+    def num_fragments(self) -> int:
+        """Distinct fragments (regex, entry context) this guide uses."""
+        return len({id(inst.fragment) for inst in self._instances})
+
+    @property
+    def memory_bytes(self) -> int:
+        fragments = {id(g): g for g in self._guides}.values()
+        return int(sum(g.memory_bytes for g in fragments) + sum(a.nbytes for a in self._slabs))
+
+    # ---- states ----
+    def _locate(self, state: int) -> tuple[int, int]:
+        """(instance, state of its guide)."""
+        try:
+            state = int(state.__index__())
+        except (AttributeError, TypeError):
+            raise TypeError(f"a guide state is an int, not {type(state).__name__} ({state!r})") from None
+        if not 0 <= state < self._end:
+            raise ValueError(f"{state} is not a state of this guide")
+        i = bisect.bisect_right(self._base, state) - 1
+        return i, state - self._base[i]
+
+    def _split(self, state: int) -> tuple[int, int]:
+        i, inner = self._locate(state)
+        self._guides[i]._split(inner)
+        return i, inner
+
+    def is_accepting(self, state: int) -> bool:
+        i, inner = self._locate(state)
+        return self._guides[i].is_accepting(inner)
+
+    def _fill_row(self, state: int, words: np.ndarray) -> None:
+        i, inner = self._locate(state)
+        self._guides[i]._fill_row(inner, words)
+
+    def advance(self, state: int, token_id: int) -> int:
+        i, inner = self._locate(state)
+        guide = self._guides[i]
+        try:
+            after = guide.advance(inner, token_id)
+        except DisallowedTokenError:
+            raise DisallowedTokenError(f"token {token_id} ({guide._describe(token_id)}) is not allowed in state "
+                                       f"{state} of {self.name!r}") from None
+        jump = self._jump[i][after // self._M]
+        return jump if jump >= 0 else self._base[i] + after
