@@ -254,7 +254,7 @@ class Guide:
 
     @classmethod
     def _from_arrays(cls, arrays: dict[str, np.ndarray], canonical: CanonicalAutomaton, *, name: str = "",
-                     cache_size: int = 64) -> "Guide":
+                     cache_size: int = 1) -> "Guide":
         """The guide ``_to_arrays`` wrote, for ``canonical`` (the automaton it was compiled for: the caller
         checks that). ``ValueError`` if the arrays do not fit together."""
         canonical_only, start_context, initial_state = (int(v) for v in arrays["settings"])

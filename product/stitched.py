@@ -37,6 +37,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -97,8 +98,9 @@ class _Instance:
 
 class FragmentLibrary:
     """Compiled fragments of one canonical automaton in memory (most recently used first, at most
-    ``max_fragments``), backed by a ``product.library.FragmentStore`` on disk when ``get`` is given one. Counts
-    what it served: ``reused`` (found in memory or on disk) and ``compiled``."""
+    ``max_fragments``), backed by a ``product.library.FragmentStore`` on disk when ``get`` is given one.
+    Thread-safe: the tables change under a lock; compiling happens outside it (two threads may compile one
+    fragment at once; the second result replaces the first, both exact)."""
 
     def __init__(self, canonical: CanonicalAutomaton, max_fragments: int = 4096):
         from collections import OrderedDict
@@ -106,40 +108,48 @@ class FragmentLibrary:
         self.canonical = canonical
         self.max_fragments = max_fragments
         self._fragments: "OrderedDict[tuple, Fragment]" = OrderedDict()
-        self.reused = self.compiled = 0
+        self._dead: set[tuple] = set()  # fragments with no live text (EmptyLanguageError), remembered
         self._soft: dict[str, set[int]] = {}  # fragment regexes found to have soft exits
+        self._lock = threading.Lock()
 
     def get(self, regex: str, entry_context: int, *, dead_exits: frozenset = frozenset(), canonical_only: bool,
-            eos: tuple[int, ...], max_states: int, max_transitions: int, store=None) -> Fragment:
+            eos: tuple[int, ...], max_states: int, max_transitions: int, store=None) -> tuple[Fragment, bool]:
         """The fragment of ``regex`` entered in ``entry_context``, with the exits (k, context) of ``dead_exits``
-        not final. ``EmptyLanguageError`` if it has no live text."""
+        not final, and whether it was compiled now (False: from memory or disk). ``EmptyLanguageError`` if it
+        has no live text."""
         key = (regex, entry_context, dead_exits, canonical_only, eos)
-        fragment = self._fragments.get(key)
-        if fragment is not None:
-            self._fragments.move_to_end(key)
-            self.reused += 1
-            return fragment
-        if store is not None:
-            fragment = store.load(self.canonical, *key)
+        with self._lock:
+            fragment = self._fragments.get(key)
             if fragment is not None:
-                self.reused += 1
-        if fragment is None:
+                self._fragments.move_to_end(key)
+                return fragment, False
+            if key in self._dead:
+                raise EmptyLanguageError("a fragment with no live text")
             if regex in self._soft:
                 raise _SoftExits(self._soft[regex])
+        compiled = False
+        fragment = store.load(self.canonical, *key) if store is not None else None
+        if fragment is None:
             try:
                 fragment = _compile_fragment(regex, entry_context, dead_exits, self.canonical,
                                              canonical_only=canonical_only, eos=eos, max_states=max_states,
                                              max_transitions=max_transitions)
             except _SoftExits as soft:
-                self._soft[regex] = soft.exits
+                with self._lock:
+                    self._soft[regex] = soft.exits
                 raise
-            self.compiled += 1
+            except EmptyLanguageError:
+                with self._lock:
+                    self._dead.add(key)
+                raise
+            compiled = True
             if store is not None:
                 store.save(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
-        self._fragments[key] = fragment
-        if len(self._fragments) > self.max_fragments:
-            self._fragments.popitem(last=False)
-        return fragment
+        with self._lock:
+            self._fragments[key] = fragment
+            if len(self._fragments) > self.max_fragments:
+                self._fragments.popitem(last=False)
+        return fragment, compiled
 
     def __len__(self) -> int:
         return len(self._fragments)
@@ -169,7 +179,9 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
     exit_live[np.array([any(k >= 1 for k in e) for e in exit_sets] + [False], dtype=bool)[exit_of]] = True
     for exits, ctx in dead_exits:
         exit_live[exit_of == exit_sets.index(exits), ctx] = False
-    guide = Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states, cache_size=64,
+    # (a one-row mask cache: the stitched guides compute their rows through ``_fill_row`` and cache them; 64
+    # rows per fragment were 1 MB each at 128k tokens, for masks never read)
+    guide = Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states, cache_size=1,
                   name="fragment", eos_token_ids=list(eos), start_context=entry_context, exit_live=exit_live)
     return Fragment(regex, entry_context, guide, exit_of[guide._node_q], exit_sets, time.perf_counter() - start)
 
@@ -390,7 +402,7 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
     """
     eos = _guide_eos(canonical, eos_token_ids)
     library = fragment_library(canonical) if library is None else library
-    reused, compiled = library.reused, library.compiled
+    counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
     sk = _Skeleton(skeleton, leaves, canonical, max_states)
     written: dict[frozenset, tuple[str, list[int]]] = {}
     num_open = canonical.num_open_contexts if canonical_only else 1
@@ -412,7 +424,8 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                 written[roots, soft] = sk.fragment(roots, soft)
             regex, exits = written[roots, soft]
             try:
-                fragment = library.get(regex, ctx, dead_exits=dead_exits.get(key, frozenset()), **options)
+                fragment, compiled = library.get(regex, ctx, dead_exits=dead_exits.get(key, frozenset()), **options)
+                counts[compiled] += 1
                 break
             except _SoftExits as found:
                 soft |= {exits[k - 1] for k in found.exits}
@@ -478,7 +491,7 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
             next_of_node[node] = index[succ]
         instances.append(_Instance(key[0], key[1], fragment, next_of_node))
     return StitchedGuide(instances, canonical, canonical_only=canonical_only, cache_size=cache_size, name=name,
-                         eos=eos, reused=library.reused - reused, compiled=library.compiled - compiled)
+                         eos=eos, reused=counts[False], compiled=counts[True])
 
 
 class StitchedGuide(Guide):
