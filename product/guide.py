@@ -206,7 +206,11 @@ class Guide:
         # threads filling masks of one guide with a 3-row cache got 4,196 of 12,000 masks wrong.)
         self._lock = threading.Lock()
         self._slabs: list[np.ndarray] = []
+        self._slab_views: list[memoryview] = []  # the same rows, for ``_cached_bit``
         self._add_slab()
+        self._advanced: dict[int, int] = {}  # advance's pairs already taken: state * V + token -> next state
+        # built here, not on first use: on a guide just compiled, building them in the first advance cost ~35 µs
+        self._scalar_step = self._step_tables()
         self._forced: dict[int, tuple[int, ...]] = {}
         self._mask(self.initial_state)  # the first step's mask is part of compiling (and warms the mask path)
 
@@ -222,6 +226,9 @@ class Guide:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._slab_views = [memoryview(slab) for slab in self._slabs]
+        self._advanced = {}
+        self._scalar_step = self._step_tables()
 
     # ---- sizes --------------------------------------------------------------------------------------------
     @property
@@ -314,11 +321,6 @@ class Guide:
         self._split(state)  # TypeError / ValueError for a bad state, before the token is looked at
         return self._step(operator.index(state), self.token_id(token_id))
 
-    @cached_property
-    def _advanced(self) -> dict[int, int]:
-        """``advance``'s table of pairs already advanced: state * V + token -> next state."""
-        return {}
-
     def _step(self, state: int, token: int) -> int:
         """``advance`` without the table, for an int state and a token id inside the vocabulary: every check,
         then the move (a counted guide overrides it to move its count too). One function over memoryviews
@@ -349,10 +351,9 @@ class Guide:
             nxt_ctx, nxt_mc = divmod(self._automaton.class_after(ctx * M + mc, token, known_allowed=True), M)
         return self._node_of[(targets[i], nxt_ctx)] * M + nxt_mc
 
-    @cached_property
-    def _scalar_step(self) -> tuple:
-        """What ``_step`` reads, with arrays as memoryviews (an item is a Python int; a numpy scalar would make
-        the rest of the step numpy-scalar arithmetic, ~0.1 µs an operation)."""
+    def _step_tables(self) -> tuple:
+        """What ``_step`` reads (``_scalar_step``), with arrays as memoryviews (an item is a Python int; a numpy
+        scalar would make the rest of the step numpy-scalar arithmetic, ~0.1 µs an operation)."""
         A = self._automaton
         offsets, tokens, targets = self._transitions._scalar
         views = A._scalar
@@ -436,15 +437,7 @@ class Guide:
             slot = self._slot_of.get(state)
             if slot is None:
                 return None
-            views = self._slab_views
-            if len(views) < len(self._slabs):
-                views += [memoryview(slab) for slab in self._slabs[len(views):]]
-            return (views[slot // _SLAB_ROWS][slot % _SLAB_ROWS, token >> 5] >> (token & 31)) & 1 == 1
-
-    @cached_property
-    def _slab_views(self) -> list[memoryview]:
-        """The mask cache's slabs as memoryviews (``_cached_bit``), extended as slabs are added."""
-        return []
+            return (self._slab_views[slot // _SLAB_ROWS][slot % _SLAB_ROWS, token >> 5] >> (token & 31)) & 1 == 1
 
     @cached_property
     def _scalar_pending(self) -> tuple[memoryview, memoryview, memoryview]:
@@ -512,6 +505,7 @@ class Guide:
         ms, for rows most guides never use."""
         rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
         self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32))
+        self._slab_views.append(memoryview(self._slabs[-1]))
 
     def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray) -> None:
         """Keep a node's rows of token ids: X (allowed whatever the merge class), Y (allowed unless in F[mc]),
