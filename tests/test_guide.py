@@ -3,6 +3,7 @@ random walks on unbounded patterns, the reference's examples, and bad input."""
 
 import pickle
 import re
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -385,6 +386,42 @@ def test_one_guide_serves_many_threads():
         assert np.array_equal(copied.allowed(state), alone.allowed(state))
         token = int(np.flatnonzero(alone.allowed(state))[0])
         assert copied.advance(state, token) == alone.advance(state, token)
+
+
+def test_a_mask_being_computed_does_not_hold_the_cache_lock():
+    """``fill_bitmask`` computes a mask that is not cached outside the guide's lock, so while one thread computes,
+    another fills a cached mask and advances (with the lock held for the whole computation, it would wait)."""
+    automaton = automaton_of("gpt2")
+    guide = compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton)
+    (first, token), (second, _) = _random_steps(guide, 1, seed=1)[:2]
+    with guide._lock:
+        guide._slot_of.clear()
+    guide.fill_bitmask([first], np.zeros((1, guide.num_words), dtype=np.uint32))  # cached: first only
+    computing, release = threading.Event(), threading.Event()
+    compute = guide._fill_row
+
+    def slow_fill_row(state, words):
+        computing.set()
+        assert release.wait(10)
+        compute(state, words)
+
+    guide._fill_row = slow_fill_row
+    out = np.zeros((2, guide.num_words), dtype=np.uint32)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(guide.fill_bitmask, [second], out[1:])
+        try:
+            assert computing.wait(10)
+            assert guide._lock.acquire(timeout=10)  # (held for the whole computation, it would time out)
+            guide._lock.release()
+            guide.fill_bitmask([first], out[:1])
+            assert guide._step(first, token) == second
+        finally:
+            release.set()
+        pending.result()
+    del guide._fill_row
+    expected = np.zeros_like(out)
+    compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton).fill_bitmask([first, second], expected)
+    assert np.array_equal(out, expected) and second in guide._slot_of
 
 
 @pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)"])
