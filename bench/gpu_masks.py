@@ -11,8 +11,9 @@ JSON-like regex along the runtime's encoding of an instance). Three tables, in o
 2. step: ``Guide.fill_bitmask`` for the batch, the host-to-device copy and the apply (float32), per step; the
    matcher's operations per token, beside ``Guide.advance``.
 3. batch fill of 64 matchers (``product.fill_next_token_bitmasks``) on 1 and 2 threads: one shared guide, 8
-   guides (cached masks), 8 guides with masks computed at every fill (cache of one mask per guide); and, as a
-   control of what two threads can give on the machine at that moment, a loop that never holds the GIL.
+   guides (cached masks), 8 guides and one guide with masks computed at every fill (cache of one mask per
+   guide); and, as a control of what two threads can give on the machine at that moment, a loop that never
+   holds the GIL.
 
 xgrammar is optional (``pip install --no-deps xgrammar==0.2.8 apache-tvm-ffi pydantic`` in a separate venv); its
 columns are left out when it is not importable. Results in ``bench/results/gpu_masks_<device>.json``.
@@ -180,6 +181,7 @@ def thread_table(canonical, ids) -> list[dict]:
     one = compile_regex(PATTERN, canonical)
     eight = [compile_regex(PATTERN, canonical) for _ in range(8)]
     cold = [compile_regex(PATTERN, canonical, cache_size=1) for _ in range(8)]
+    one_cold = compile_regex(PATTERN, canonical, cache_size=1)
 
     def matchers_over(guides):
         out = []
@@ -192,7 +194,7 @@ def thread_table(canonical, ids) -> list[dict]:
     bitmask = torch.zeros((64, one.num_words), dtype=torch.int32)
     rows = []
     for name, guides in (("one guide, cached masks", [one]), ("8 guides, cached masks", eight),
-                         ("8 guides, masks computed", cold)):
+                         ("8 guides, masks computed", cold), ("one guide, masks computed", [one_cold])):
         matchers = matchers_over(guides)
         times = {}
         for threads in (1, 2):

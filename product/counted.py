@@ -719,12 +719,15 @@ class CountedGuide(_guide_class()):
         layer = self._layers._node_of[(int(self._layer_ids[q2, budget]), ctx2)]
         return self._layers._is_live(layer, mc2)
 
-    def advance(self, state: int, token_id: int) -> int:
-        """The state after ``token_id`` (see ``Guide.advance``); the count moves with the token."""
+    def _step(self, state: int, token_id: int) -> int:
+        """The state after ``token_id`` (``Guide.advance`` checks the id and remembers the result); the count moves
+        with the token."""
         from bpe.automaton import DisallowedTokenError
         node, mc, k = self._decode(state)
-        token_id = self.token_id(token_id)
-        if not self._allows_counted(node, mc, k, token_id):
+        allowed = self._cached_bit(state, token_id)
+        if allowed is None:
+            allowed = self._allows_counted(node, mc, k, token_id)
+        if not allowed:
             raise DisallowedTokenError(f"token {token_id} ({self._describe(token_id)}) is not allowed in state {state} "
                                        f"of {self.name!r}")
         if token_id in self.eos_token_ids:

@@ -22,6 +22,7 @@ import transformers
 
 from product._mask_kernel import apply_bitmask
 from product.guide import Guide
+from product.matcher import _pool
 
 __all__ = ["apply_bitmask", "LogitsProcessor", "generate", "Generation"]
 
@@ -88,10 +89,13 @@ class Generation:
 
 @torch.no_grad()
 def generate(model, guide: Guide, prompt_ids, *, max_new_tokens: int = 256, do_sample: bool = False,
-             temperature: float = 1.0, generator: torch.Generator | None = None) -> Generation:
+             temperature: float = 1.0, generator: torch.Generator | None = None, overlap: bool = True) -> Generation:
     """Generate one continuation of ``prompt_ids`` that the guide accepts (EOS not included in the result).
 
-    Greedy by default; ``do_sample=True`` samples from the masked softmax at ``temperature``.
+    Greedy by default; ``do_sample=True`` samples from the masked softmax at ``temperature``. ``overlap``: compute
+    each step's mask while the model's forward pass runs (on CUDA after the pass is launched, which returns before
+    the GPU is done; elsewhere in a worker thread, the pass and the mask kernel both releasing the GIL) instead
+    of before it. The result is the same either way; docs/serving.md has the step times.
     """
     device = next(model.parameters()).device
     state, out = guide.initial_state, []
@@ -107,11 +111,22 @@ def generate(model, guide: Guide, prompt_ids, *, max_new_tokens: int = 256, do_s
             feed += chain
             forced += len(chain)
             continue
-        guide.fill_bitmask([state], bitmask)
-        if guide.is_accepting(state) and int(np.bitwise_count(bitmask.numpy().view(np.uint32)).sum()) == 1:
-            return Generation(out, passes, forced, True)  # EOS is the only option: no need to ask
+        # The mask of this step depends only on the state, so it may be computed during the forward pass, except
+        # where the text may end: there it decides whether the pass is needed at all.
+        fill, pending = (lambda s=state: guide.fill_bitmask([s], bitmask)), None
+        if guide.is_accepting(state) or not overlap:
+            fill()
+            if guide.is_accepting(state) and int(np.bitwise_count(bitmask.numpy().view(np.uint32)).sum()) == 1:
+                return Generation(out, passes, forced, True)  # EOS is the only option: no need to ask
+            fill = None
+        elif device.type != "cuda":
+            pending = _pool(1).submit(fill)
         result = model(input_ids=torch.tensor([feed], device=device), past_key_values=past, use_cache=True)
         passes += 1
+        if pending is not None:
+            pending.result()
+        elif fill is not None:  # CUDA: the pass is launched and runs on the GPU meanwhile
+            fill()
         past = result.past_key_values
         logits = apply_bitmask(result.logits[:, -1, :].float(), bitmask)
         if do_sample:

@@ -39,6 +39,7 @@ in a bounded LRU cache per guide whose rows are preallocated (computing a mask a
 
 from __future__ import annotations
 
+import bisect
 import operator
 import threading
 import weakref
@@ -216,7 +217,11 @@ class Guide:
         # threads filling masks of one guide with a 3-row cache got 4,196 of 12,000 masks wrong.)
         self._lock = threading.Lock()
         self._slabs: list[np.ndarray] = []
+        self._slab_views: list[memoryview] = []  # the same rows, for ``_cached_bit``
         self._add_slab()
+        self._advanced: dict[int, int] = {}  # advance's pairs already taken: state * V + token -> next state
+        # built here, not on first use: on a guide just compiled, building them in the first advance cost ~35 µs
+        self._scalar_step = self._step_tables()
         self._forced: dict[int, tuple[int, ...]] = {}
 
     # ---- storage (``product.library``): a compiled guide as named arrays, no pickle ---------------------------
@@ -305,18 +310,16 @@ class Guide:
         (rebuilt on use)."""
         state = self.__dict__.copy()
         del state["_lock"]
-        state.pop("_scalar_nodes", None)
+        for cached in ("_scalar_step", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views"):
+            state.pop(cached, None)
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
-
-    @cached_property
-    def _scalar_nodes(self) -> tuple[memoryview, memoryview]:
-        """Each node's regex state and context for ``advance``: a memoryview item is a Python int (a numpy scalar
-        would make the rest of ``advance`` numpy-scalar arithmetic, ~0.1 µs an operation)."""
-        return memoryview(self._node_q), memoryview(self._node_ctx)
+        self._slab_views = [memoryview(slab) for slab in self._slabs]
+        self._advanced = {}
+        self._scalar_step = self._step_tables()
 
     # ---- sizes --------------------------------------------------------------------------------------------
     @property
@@ -366,9 +369,23 @@ class Guide:
         for state in states:
             self._split(state)
         view = out.view(np.uint32)
-        with self._lock:
-            for i, state in enumerate(states):
-                view[i] = self._mask(state)
+        # Only the cache is touched under the lock; a mask not cached is computed into the caller's row outside it
+        # (the compiled kernels release the GIL), so threads filling rows of one guide compute in parallel, and
+        # the row is then copied into the cache. Two threads may compute one state at once: the second finds it
+        # cached and keeps the cached copy.
+        for i, state in enumerate(states):
+            row = view[i]
+            with self._lock:
+                cached = self._cached_row(state)
+                if cached is not None:
+                    row[:] = cached
+                    continue
+            self._fill_row(state, row)
+            with self._lock:
+                if state not in self._slot_of:
+                    slot = self._free_slot()
+                    self._row_of(slot)[:] = row
+                    self._slot_of[state] = slot
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id``. EOS in an accepting state leaves the state unchanged.
@@ -376,18 +393,64 @@ class Guide:
         Raises ``InvalidTokenError`` for an id outside the vocabulary and ``DisallowedTokenError`` for a token the
         mask does not allow (it would leave the language, make the tokenization non-canonical, or dead-end).
         """
-        node, mc = self._split(state)
-        token_id = self.token_id(token_id)
-        if not self._allows(node, mc, token_id):
-            raise DisallowedTokenError(f"token {token_id} ({self._describe(token_id)}) is not allowed in state {state} "
+        # Pairs (state, token) advanced before are one dict lookup: the requests a guide serves meet the same
+        # pairs again (a JSON key, a separator, a digit after a digit). The key state * V + token names the pair
+        # uniquely because 0 <= token < V is checked first; only pairs that passed every check are stored, so
+        # errors are raised exactly as before. Exact ints only (a numpy integer or a bool takes the checked path).
+        # The table is cleared when full (no LRU bookkeeping on the hot path); dict reads and writes are atomic,
+        # so threads may share it.
+        if type(state) is int and type(token_id) is int and 0 <= token_id < self.vocab_size:
+            key = state * self.vocab_size + token_id
+            advanced = self._advanced
+            nxt = advanced.get(key)
+            if nxt is None:
+                nxt = self._step(state, token_id)
+                if len(advanced) >= _ADVANCED_LIMIT:
+                    advanced.clear()
+                advanced[key] = nxt
+            return nxt
+        self._split(state)  # TypeError / ValueError for a bad state, before the token is looked at
+        return self._step(operator.index(state), self.token_id(token_id))
+
+    def _step(self, state: int, token: int) -> int:
+        """``advance`` without the table, for an int state and a token id inside the vocabulary: every check,
+        then the move (a counted guide overrides it to move its count too). One function over memoryviews
+        (``_scalar_step``): a method call or a numpy scalar costs ~0.1-0.3 µs here, and the calls this inlines
+        (``_split``, ``TokenTransitions.target``, ``CanonicalAutomaton.class_after``) were half of the time."""
+        (M, num_nodes, eos, node_q, node_ctx, offsets, tokens, targets, inside_next, boundary_next, after_class,
+         num_open) = self._scalar_step
+        node, mc = divmod(state, M)
+        if not 0 <= node < num_nodes:
+            raise ValueError(f"{state} is not a state of this guide")
+        allowed = self._cached_bit(state, token)
+        if allowed is None:
+            allowed = self._allows(node, mc, token)
+        if not allowed:
+            raise DisallowedTokenError(f"token {token} ({self._describe(token)}) is not allowed in state {state} "
                                        f"of {self.name!r}")
-        if token_id in self.eos_token_ids:
-            return int(state)
-        node_q, node_ctx = self._scalar_nodes
-        q = self._transitions.target(node_q[node], token_id)
-        cls = self._automaton.class_after(node_ctx[node] * self._M + mc, token_id, known_allowed=True)
-        nxt_ctx, nxt_mc = divmod(cls, self._M)
-        return self._node_of[(q, nxt_ctx)] * self._M + nxt_mc
+        if token in eos:
+            return state
+        q = node_q[node]
+        i = bisect.bisect_left(tokens, token, offsets[q], offsets[q + 1])  # there: the mask allowed the token
+        ctx = node_ctx[node]
+        if ctx < num_open:  # class_after(known_allowed=True) for an open context, inline
+            nxt_ctx = inside_next[ctx, token]
+            if nxt_ctx < 0 or (boundary_next[ctx, token] >= 0 and self._automaton.forbids(mc, token)):
+                nxt_ctx = boundary_next[ctx, token]
+            nxt_mc = after_class[token]
+        else:
+            nxt_ctx, nxt_mc = divmod(self._automaton.class_after(ctx * M + mc, token, known_allowed=True), M)
+        return self._node_of[(targets[i], nxt_ctx)] * M + nxt_mc
+
+    def _step_tables(self) -> tuple:
+        """What ``_step`` reads (``_scalar_step``), with arrays as memoryviews (an item is a Python int; a numpy
+        scalar would make the rest of the step numpy-scalar arithmetic, ~0.1 µs an operation)."""
+        A = self._automaton
+        offsets, tokens, targets = self._transitions._scalar
+        views = A._scalar
+        return (self._M, self.num_nodes, frozenset(self.eos_token_ids), memoryview(self._node_q),
+                memoryview(self._node_ctx), offsets, tokens, targets, views["inside_next"], views["boundary_next"],
+                views["after_class"], A.num_open_contexts)
 
     def token_id(self, token_id) -> int:
         """``token_id`` as an int of this vocabulary, or ``InvalidTokenError`` (not an int, or out of range)."""
@@ -431,26 +494,57 @@ class Guide:
         """Bit ``token`` of the mask of state (node, mc), read from the node's rows without computing the mask
         (``_compute_mask``'s formula for one token): ``advance`` on a state whose mask is not cached — ``accepts``,
         checking a draft's tokens — would otherwise compute 16 KB of mask (10-30 µs at 128k) for one bit. The
-        rows never change after compiling, so no lock is needed."""
+        rows never change after compiling, so no lock is needed. They are read through memoryviews
+        (``_scalar_rows``), whose items are Python ints: a numpy scalar per read cost ~0.1 µs, a fresh memoryview
+        per search ~0.2 µs."""
         if token in self.eos_token_ids:  # special tokens are in no row; EOS is allowed where the text may end
             return bool(self._final[node])
-        i = self._pending_index[node]
+        pending_index, pending_bounds, pending_tokens = self._scalar_pending
+        i = pending_index[node]
         if i >= 0:
-            lo, hi = self._pending_row_bounds[i], self._pending_row_bounds[i + 1]
-            return _holds(self._pending_row_tokens, token, int(lo), int(hi)) and not self._automaton.forbids(mc, token)
-        sparse, *rows = self._rows[node]
-        if sparse:
-            X_packed, X, Y, Z = rows
-            if (X_packed is not None and _bit(X_packed, token)) or _holds(X, token):
+            return (find_sorted(pending_tokens, token, pending_bounds[i], pending_bounds[i + 1]) >= 0
+                    and not self._automaton.forbids(mc, token))
+        rows = self._scalar_rows.get(node) or self._view_rows(node)
+        if rows[0]:  # sparse
+            _, X_packed, X, Y, Z = rows
+            if (X_packed is not None and (X_packed[token >> 5] >> (token & 31)) & 1) or _holds(X, token):
                 return True
             in_y, in_z = _holds(Y, token), _holds(Z, token)
             if in_y == in_z:  # in both: allowed whatever F[mc] says; in neither: not allowed
                 return in_y
             return in_y != self._automaton.forbids(mc, token)
-        XY, D = rows  # the mask is XY ^ (D & F[mc])
-        if not _bit(D, token):
-            return _bit(XY, token)
-        return _bit(XY, token) != self._automaton.forbids(mc, token)
+        _, XY, D = rows  # the mask is XY ^ (D & F[mc])
+        word, bit = token >> 5, token & 31
+        allowed = (XY[word] >> bit) & 1 == 1
+        if not (D[word] >> bit) & 1:
+            return allowed
+        return allowed != self._automaton.forbids(mc, token)
+
+    def _cached_bit(self, state: int, token: int) -> bool | None:
+        """Bit ``token`` of ``state``'s mask if the mask is cached, else None. A decoder advances from the state
+        whose mask it just filled, so this is the usual answer, and one read where ``_allows`` may search three
+        rows (it was half of ``advance``'s time on the peers bench)."""
+        with self._lock:
+            slot = self._slot_of.get(state)
+            if slot is None:
+                return None
+            return (self._slab_views[slot // _SLAB_ROWS][slot % _SLAB_ROWS, token >> 5] >> (token & 31)) & 1 == 1
+
+    @cached_property
+    def _scalar_pending(self) -> tuple[memoryview, memoryview, memoryview]:
+        """The pending nodes' row table for ``_allows``, as memoryviews."""
+        return (memoryview(self._pending_index), memoryview(self._pending_row_bounds),
+                memoryview(self._pending_row_tokens))
+
+    @cached_property
+    def _scalar_rows(self) -> dict[int, tuple]:
+        """``_rows[node]`` with its arrays as memoryviews, per node on first use (``_view_rows``)."""
+        return {}
+
+    def _view_rows(self, node: int) -> tuple:
+        rows = self._scalar_rows[node] = tuple(memoryview(a) if isinstance(a, np.ndarray) else a
+                                               for a in self._rows[node])
+        return rows
 
     def _describe(self, token_id: int) -> str:
         if not self._tokens.token_has_bytes[token_id]:
@@ -462,20 +556,34 @@ class Guide:
     def _mask(self, state: int) -> np.ndarray:
         """The packed mask of ``state``: a row of the cache, valid until the next ``_mask`` call evicts it. The
         caller holds ``_lock`` while it reads the row."""
+        words = self._cached_row(state)
+        if words is None:
+            slot = self._free_slot()
+            words = self._row_of(slot)
+            self._fill_row(state, words)
+            self._slot_of[state] = slot
+        return words
+
+    def _cached_row(self, state: int) -> np.ndarray | None:
+        """The cached mask of ``state`` (now the most recently used), or None. The caller holds ``_lock``."""
         slot = self._slot_of.get(state)
-        if slot is not None:
-            self._slot_of.move_to_end(state)
-            return self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
+        if slot is None:
+            return None
+        self._slot_of.move_to_end(state)
+        return self._row_of(slot)
+
+    def _free_slot(self) -> int:
+        """A slot for a new mask: an unused one, or the least recently used one's (evicted). The caller holds
+        ``_lock`` and fills the slot's row before it maps a state to it."""
         if len(self._slot_of) < self._cache_size:
             slot = len(self._slot_of)
             if slot // _SLAB_ROWS == len(self._slabs):
                 self._add_slab()
-        else:
-            _, slot = self._slot_of.popitem(last=False)
-        words = self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
-        self._fill_row(state, words)
-        self._slot_of[state] = slot
-        return words
+            return slot
+        return self._slot_of.popitem(last=False)[1]
+
+    def _row_of(self, slot: int) -> np.ndarray:
+        return self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
 
     def _fill_row(self, state: int, words: np.ndarray) -> None:
         """Compute the mask of ``state`` into ``words`` (a counted guide decodes its counter here)."""
@@ -488,6 +596,7 @@ class Guide:
         ms, for rows most guides never use."""
         rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
         self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32))
+        self._slab_views.append(memoryview(self._slabs[-1]))
 
     def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray) -> None:
         """Keep a node's rows of token ids: X (allowed whatever the merge class), Y (allowed unless in F[mc]),
@@ -497,6 +606,7 @@ class Guide:
         (``(False, XY, D)``). On the peers' Llama-3 guides 767 of the 1,561 nodes with long rows have at most 256
         class-dependent tokens (most of the float regex's have none): testing those beats walking F[mc]."""
         n = self.num_words
+        self.__dict__.get("_scalar_rows", {}).pop(node, None)  # its memoryviews, if ``_allows`` made them
         if len(Y) + len(Z) <= _SPARSE_LIMIT:
             # rows come grouped (``_OpenEdges``); a mask walks token arrays faster in id order (its words in order)
             Y, Z = (np.sort(a).astype(np.int32, copy=False) for a in (Y, Z))
@@ -756,16 +866,12 @@ _NO_TOKENS = np.zeros(0, dtype=np.int32)
 _MASK_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 _NO_CLASSES = np.zeros(0, dtype=np.int64)
 _SLAB_ROWS = 32  # masks per preallocated slab (0.5 MB at a 128k vocabulary)
+_ADVANCED_LIMIT = 1 << 16  # pairs in ``advance``'s table before it is cleared (~7 MB at most)
 
 
-def _bit(words: np.ndarray, token: int) -> bool:
-    return bool((int(words[token >> 5]) >> (token & 31)) & 1)
-
-
-def _holds(sorted_tokens: np.ndarray, token: int, lo: int = 0, hi: int | None = None) -> bool:
-    """Whether ``sorted_tokens[lo:hi]`` (ascending) holds ``token``."""
-    view = memoryview(sorted_tokens)
-    return find_sorted(view, token, lo, len(view) if hi is None else hi) >= 0
+def _holds(sorted_tokens: memoryview, token: int) -> bool:
+    """Whether ``sorted_tokens`` (ascending) holds ``token``."""
+    return find_sorted(sorted_tokens, token, 0, len(sorted_tokens)) >= 0
 
 
 def _forbidden_index(automaton: CanonicalAutomaton) -> ForbiddenSets:

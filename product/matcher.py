@@ -4,9 +4,8 @@ rejected speculative tokens, fill a row of a shared bitmask, jump forward over f
 A ``Matcher`` is a guide state (an int, ``Guide``'s) plus a bounded history of earlier states, so it is cheap to
 create, fork and roll back; many matchers share one compiled ``Guide`` (the guide's mask cache is shared and
 locked). ``fill_next_token_bitmasks`` fills the rows of a batch in several threads: the masks are computed by
-compiled kernels that release the GIL, so matchers of *different* guides fill in parallel; matchers of one guide
-serialise on that guide's cache lock (``Guide.fill_bitmask`` holds it for its whole batch), so the batch is split
-by guide (docs/serving.md has the measurements).
+compiled kernels that release the GIL, outside the guide's cache lock (which guards only the cache), so matchers
+of one guide fill in parallel as well as matchers of different guides (docs/serving.md has the measurements).
 
 Errors are raised before anything changes: ``RollbackError`` (more tokens than the history holds),
 ``InvalidTokenError`` (an id outside the vocabulary), ``bpe.DisallowedTokenError`` (a token the mask does not
@@ -250,10 +249,10 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
     or ``executor``'s). Equal to calling ``matchers[i].fill_next_token_bitmask(bitmask, indices[i])`` for each i;
     everything is checked before any row is written.
 
-    Matchers are grouped by guide: one guide's masks are filled by one call (its cache lock is taken once; a state
-    shared by several requests is computed once and then copied from the guide's cache), and the groups are
-    spread over the threads, largest first.
-    Matchers of one guide therefore never fill in parallel: that guide's cache lock would serialise them anyway.
+    Matchers are grouped by guide, each group cut into up to ``threads`` pieces of consecutive rows, and the
+    pieces are spread over the threads, largest first. A guide computes the masks it has not cached outside its
+    cache lock, so one guide's pieces fill in parallel (a state shared by requests in two pieces may be computed
+    twice, once per thread; within a piece it is computed once and then copied from the guide's cache).
     """
     if not matchers:
         return
@@ -300,13 +299,29 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
             guide.fill_bitmask(states, rows_in_order)
             words[out_rows] = rows_in_order
 
-    work = sorted(groups.values(), key=lambda g: -len(g[1]))
-    if threads == 1 or len(work) == 1:
-        for group in work:
+    # A guide computes the masks it has not cached outside its lock (``Guide.fill_bitmask``), so one guide's
+    # rows fill in parallel too. Only computing a mask runs in parallel, though: a cached mask is a copy that
+    # holds the GIL, and handing copies to another thread made a batch of cached masks 1.7x slower on 2 threads.
+    # So the calling thread copies the cached masks, and the rows to compute are cut into up to ``threads``
+    # pieces of consecutive rows spread over the threads, largest first. (Whether a mask is cached is read
+    # without the lock: it only decides who fills the row, and either fills it right.)
+    copies, work = [], []
+    for guide, states, out_rows in groups.values():
+        cached = [state in guide._slot_of for state in states] if threads > 1 else [False] * len(states)
+        copies.append((guide, [s for s, c in zip(states, cached) if c], [r for r, c in zip(out_rows, cached) if c]))
+        states = [s for s, c in zip(states, cached) if not c]
+        out_rows = [r for r, c in zip(out_rows, cached) if not c]
+        pieces = min(threads, len(states))
+        for k in range(pieces):
+            lo, hi = k * len(states) // pieces, (k + 1) * len(states) // pieces
+            work.append((guide, states[lo:hi], out_rows[lo:hi]))
+    work.sort(key=lambda g: -len(g[1]))
+    if threads == 1 or len(work) <= 1:
+        for group in copies + work:
             fill_group(group)
         return
-    # one bin of groups per thread (largest group to the lightest bin); the calling thread fills the first bin
-    # itself, so 2 threads cost one hand-off per batch, not one per group
+    # one bin of pieces per thread (largest piece to the lightest bin); the calling thread fills the first bin
+    # itself and the copies, so 2 threads cost one hand-off per batch, not one per piece
     bins: list[list] = [[] for _ in range(min(threads, len(work)))]
     load = [0] * len(bins)
     for group in work:
@@ -321,6 +336,7 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
     pool = executor if executor is not None else _pool(len(bins) - 1)
     futures = [pool.submit(fill_bin, b) for b in bins[1:]]
     fill_bin(bins[0])
+    fill_bin(copies)
     for future in futures:
         future.result()
 

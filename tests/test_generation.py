@@ -44,6 +44,8 @@ def test_generate_is_canonical_and_skips_forced_steps(smollm2):
     assert result.finished and re.fullmatch(pattern, text), text
     assert runtime.encode(text, add_special_tokens=False).ids == result.token_ids  # canonical
     assert result.forced_tokens >= 10 and result.forward_passes + result.forced_tokens >= len(result.token_ids)
+    # the mask computed during the forward pass (the default) or before it: the same generation
+    assert generate(smollm2, guide, prompt, max_new_tokens=64, overlap=False) == result
     sampled = generate(smollm2, guide, prompt, do_sample=True, generator=torch.Generator().manual_seed(0))
     assert re.fullmatch(pattern, runtime.decode(sampled.token_ids))
 

@@ -3,6 +3,7 @@ random walks on unbounded patterns, the reference's examples, and bad input."""
 
 import pickle
 import re
+import threading
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,6 +14,7 @@ import torch
 from automata import Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
 from bpe import DisallowedTokenError, direct_merge
 from product import InvalidTokenError, compile_regex
+from product.guide import Guide
 from tests.conftest import automaton_of, model_of, runtime_of
 
 
@@ -226,14 +228,79 @@ def test_advance_takes_exactly_the_tokens_of_the_mask():
     row_of = np.repeat(np.arange(len(guide._pending_row_bounds) - 1), np.diff(guide._pending_row_bounds))
     assert (np.diff(guide._pending_row_tokens)[np.diff(row_of) == 0] > 0).all()  # rows ascending (searched)
     for state in [s for states in by_kind.values() for s in states]:
-        taken = np.zeros(guide.vocab_size, dtype=bool)
-        for token in range(guide.vocab_size):
-            try:
-                guide.advance(state, token)
-                taken[token] = True
-            except DisallowedTokenError:
-                pass
-        assert np.array_equal(taken, guide.allowed(state)), state
+        # from the rows (the state's mask not cached), then from the cached mask
+        for cached in (False, True):
+            guide._advanced.clear()  # the table of pairs advanced before would answer without checking
+            with guide._lock:
+                guide._slot_of.clear()
+            if cached:
+                guide.fill_bitmask([state], np.zeros((1, guide.num_words), dtype=np.int32))
+            taken = np.zeros(guide.vocab_size, dtype=bool)
+            for token in range(guide.vocab_size):
+                try:
+                    guide.advance(state, token)
+                    taken[token] = True
+                except DisallowedTokenError:
+                    pass
+            assert (state in guide._slot_of) == cached  # advance reads the cache, never fills it
+            assert np.array_equal(taken, guide.allowed(state)), (state, cached)
+
+
+def _reference_advance(guide, state, token):
+    """The move as ``advance`` made it before it was inlined and remembered: the node's rows, the regex
+    transitions and ``CanonicalAutomaton.class_after`` (a plain guide; raises for a token the mask refuses)."""
+    node, mc = divmod(state, guide._M)
+    if not guide._allows(node, mc, token):
+        raise DisallowedTokenError(token)
+    if token in guide.eos_token_ids:
+        return state
+    q = guide._transitions.target(int(guide._node_q[node]), token)
+    ctx, nxt_mc = divmod(guide._automaton.class_after(int(guide._node_ctx[node]) * guide._M + mc, token), guide._M)
+    return guide._node_of[(q, ctx)] * guide._M + nxt_mc
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3"])
+@pytest.mark.parametrize("pattern", [r'\{"name": "[^"\\\x00-\x1f]*", "age": [0-9]{1,3}\}',
+                                     r"[+-]?(0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?",
+                                     r"(café|naïve|日本語|😀!)( [a-zé]{1,8}){0,3}", r"[a-z]{1,30}@[a-z]{1,30}\.com",
+                                     r'"[^"]{0,200}"'])  # the last one compiles to a counted guide
+def test_remembered_advance_equals_the_checked_move_on_random_walks(name, pattern):
+    """``advance`` remembers pairs (state, token) it took; on random walks (each walked twice, so the second
+    pass answers from the table) it equals the checked move on a twin guide whose masks are not cached, and, on
+    plain guides, the move made from the rows and ``class_after``. Refused and out-of-vocabulary tokens raise
+    their errors every time and are never remembered; numpy integers take the checked path to the same
+    states."""
+    automaton = automaton_of(name)
+    guide, twin = compile_regex(pattern, automaton), compile_regex(pattern, automaton, cache_size=1)
+    plain = type(guide)._step is Guide._step  # not a counted guide
+    rng = np.random.default_rng(zlib.crc32(pattern.encode()))
+    walks = []
+    for _ in range(6):
+        state, steps = guide.initial_state, []
+        while True:
+            allowed = guide.allowed(state)
+            token = int(rng.choice(np.flatnonzero(allowed)))
+            refused = int(rng.choice(np.flatnonzero(~allowed)))
+            steps.append((state, token, refused))
+            if token in guide.eos_token_ids or len(steps) > 40:
+                break
+            state = guide.advance(state, token)
+        walks.append(steps)
+    for _ in range(2):
+        for steps in walks:
+            for state, token, refused in steps:
+                nxt = guide.advance(state, token)
+                with twin._lock:
+                    twin._slot_of.clear()
+                assert nxt == twin._step(state, token) == guide.advance(np.int64(state), np.int32(token))
+                if plain:
+                    assert nxt == _reference_advance(guide, state, token)
+                for bad, error in ((refused, DisallowedTokenError), (guide.vocab_size, InvalidTokenError),
+                                   (-1, InvalidTokenError)):
+                    with pytest.raises(error):
+                        guide.advance(state, bad)
+                    assert state * guide.vocab_size + bad not in guide._advanced
+    assert guide._advanced  # the table was used
 
 
 def test_the_one_token_check_is_the_mask_formula_on_any_rows():
@@ -284,8 +351,15 @@ def test_one_guide_serves_many_threads():
     expected = np.zeros((len(states), alone.num_words), dtype=np.uint32)
     alone.fill_bitmask(states, expected)
     shared = compile_regex(pattern, automaton, cache_size=3)
+    # per state, a token its mask allows and one it refuses, for advance (which reads cached masks while other
+    # threads evict them)
+    moves = []
+    for state in states:
+        allowed = alone.allowed(state)
+        token, refused = int(np.flatnonzero(allowed)[-1]), int(np.flatnonzero(~allowed)[0])
+        moves.append((token, alone.advance(state, token), refused))
 
-    def serve(seed):  # the states whose mask came out wrong (an exception reaches the test through map)
+    def serve(seed):  # the states whose mask or move came out wrong (an exception reaches the test through map)
         picks = np.random.default_rng(seed).integers(len(states), size=1500).tolist()
         out = np.zeros((1, shared.num_words), dtype=np.uint32)
         wrong = []
@@ -294,6 +368,14 @@ def test_one_guide_serves_many_threads():
             if not np.array_equal(out[0], expected[i]) or not np.array_equal(shared.allowed(states[i]),
                                                                             alone.allowed(states[i])):
                 wrong.append(i)
+            token, after, refused = moves[i]
+            if shared._step(states[i], token) != after:  # (not advance: it would remember the pair)
+                wrong.append(i)
+            try:
+                shared._step(states[i], refused)
+                wrong.append(i)
+            except DisallowedTokenError:
+                pass
         return wrong
 
     with ThreadPoolExecutor(4) as pool:
@@ -304,6 +386,42 @@ def test_one_guide_serves_many_threads():
         assert np.array_equal(copied.allowed(state), alone.allowed(state))
         token = int(np.flatnonzero(alone.allowed(state))[0])
         assert copied.advance(state, token) == alone.advance(state, token)
+
+
+def test_a_mask_being_computed_does_not_hold_the_cache_lock():
+    """``fill_bitmask`` computes a mask that is not cached outside the guide's lock, so while one thread computes,
+    another fills a cached mask and advances (with the lock held for the whole computation, it would wait)."""
+    automaton = automaton_of("gpt2")
+    guide = compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton)
+    (first, token), (second, _) = _random_steps(guide, 1, seed=1)[:2]
+    with guide._lock:
+        guide._slot_of.clear()
+    guide.fill_bitmask([first], np.zeros((1, guide.num_words), dtype=np.uint32))  # cached: first only
+    computing, release = threading.Event(), threading.Event()
+    compute = guide._fill_row
+
+    def slow_fill_row(state, words):
+        computing.set()
+        assert release.wait(10)
+        compute(state, words)
+
+    guide._fill_row = slow_fill_row
+    out = np.zeros((2, guide.num_words), dtype=np.uint32)
+    with ThreadPoolExecutor(1) as pool:
+        pending = pool.submit(guide.fill_bitmask, [second], out[1:])
+        try:
+            assert computing.wait(10)
+            assert guide._lock.acquire(timeout=10)  # (held for the whole computation, it would time out)
+            guide._lock.release()
+            guide.fill_bitmask([first], out[:1])
+            assert guide._step(first, token) == second
+        finally:
+            release.set()
+        pending.result()
+    del guide._fill_row
+    expected = np.zeros_like(out)
+    compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton).fill_bitmask([first, second], expected)
+    assert np.array_equal(out, expected) and second in guide._slot_of
 
 
 @pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)"])
