@@ -72,7 +72,7 @@ def main() -> None:
         for style in ("json", "yaml"):
             prompt = (f"<|im_start|>user\n{request} Answer in {style.upper()}.<|im_end|>\n"
                       "<|im_start|>assistant\n")
-            prompt_ids = torch.tensor([runtime.encode(prompt, add_special_tokens=False).ids])
+            prompt_ids = runtime.encode(prompt, add_special_tokens=False).ids
             for canonical_only in (True, False):
                 started = time.perf_counter()
                 guide = vegas.compile_schema(schema, canonical, style=style, canonical_only=canonical_only)

@@ -19,17 +19,20 @@ knows which accepting state is which exit. Exit 0 is the end of the text.
 
 At run time a state is (fragment instance, state of the instance's guide), numbered into one int. When a token
 reaches an exit, the state moves to the next instance's initial state in the context the token left: an
-instance is (cut state, entry context), built for every context an exit node of its predecessor has. So the
-masks are the fragment guides' masks, unchanged, and every allowed token still leads to a live state: each
-instance's exits are final nodes of its guide, and the instance they lead to is checked live when it is built.
+instance is (cut states, entry context), built for every context an exit node of its predecessor has (several
+cut states where overlapping leaves let one text end at several exits). So the masks are the fragment guides'
+masks, unchanged, and every allowed token still leads to a live state: an exit is final in its fragment only
+where the instance it leads to is live (``compile_stitched`` solves this across instances). Where a leaf
+overlaps the literal before a cut, the text could go on past the exit inside the fragment: that cut is not made
+there (a *soft* exit). Cycles inside a fragment are written by state elimination.
 
 Compiled fragments are kept per canonical automaton in ``FragmentLibrary`` (memory, and on disk when given a
 directory: ``product.library``), keyed by their regex, entry context, EOS and options: a new constraint
 compiles only the fragments no earlier one had.
 
-Leaves out (``StitchError``: the caller compiles the whole regex instead): fragments with a cycle that no cut
-state breaks, and fragments whose regex has a counted repetition (``product.counted`` does not read exit
-markers yet).
+Leaves out (``StitchError``: the caller compiles the whole regex instead): fragments whose regex has a counted
+repetition (``product.counted`` does not read exit markers yet), and fragments whose regex would be too long
+to write out. ``tests/test_stitched.py`` checks every mask against the guide of the whole regex.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ from automata.regex import _char_dfa, exit_marker, from_regex_exits
 from interegular.fsm import anything_else
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.counted import MIN_COUNT
-from product.guide import Guide, InvalidTokenError, _guide_eos, _per_automaton, vocabulary_trie
+from product.guide import Guide, _guide_eos, _per_automaton, vocabulary_trie
 from product.token_regex import TokenTransitions
 
 __all__ = ["StitchedGuide", "StitchError", "compile_stitched", "Fragment", "FragmentLibrary", "PLACEHOLDERS"]
@@ -521,6 +524,9 @@ class StitchedGuide(Guide):
         self.fragments_reused, self.fragments_compiled = reused, compiled
         self._init_mask_cache(cache_size)
         self._mask(self.initial_state)
+
+    def _step_tables(self) -> tuple:
+        return ()  # advance goes through the fragments' own guides
 
     # ---- sizes ----
     @property

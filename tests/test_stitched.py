@@ -165,3 +165,26 @@ def test_the_on_disk_library_serves_fragments_and_survives_corrupt_files(tmp_pat
     store = FragmentStore(tmp_path)
     compile_fresh(store)
     assert store.loaded == first.num_fragments and store.rejected == 0  # the rewritten files are trusted again
+
+
+def test_engines_drive_stitched_guides_through_the_matcher():
+    """A stitched guide is a Guide: the matcher accepts, rolls back, validates drafts and fills bitmask rows."""
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
+              "required": ["city", "days"], "additionalProperties": False}
+    guide = vegas.compile_schema(schema, canonical, library_dir=False)
+    assert isinstance(guide, StitchedGuide)
+    ids = runtime.encode('{"city": "Paris", "days": 3}', add_special_tokens=False).ids
+    matcher = product.Matcher(guide)
+    bitmask = product.allocate_token_bitmask(1, guide.vocab_size)
+    state = guide.initial_state
+    for t in ids:
+        assert matcher.jump_forward_tokens() == guide.forced_tokens(state)
+        matcher.fill_next_token_bitmask(bitmask, 0)
+        words = bitmask[0].numpy().view(np.uint32)
+        assert (int(words[t >> 5]) >> (t & 31)) & 1
+        matcher.accept_token(t)
+        state = guide.advance(state, t)
+    assert matcher.is_accepting()
+    matcher.rollback(3)
+    assert matcher.validate_tokens(ids[-3:] + ids[:1]) == 3
