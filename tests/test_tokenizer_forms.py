@@ -21,7 +21,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
-from bpe.assets import ASSETS, GGUF_BPE_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
+from bpe.assets import ASSETS, GGUF_BPE_VOCABS, GGUF_SPM_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
 from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
@@ -577,16 +577,19 @@ def _golden(vocab: str) -> list[tuple[str, list[int]]]:
 
 
 @pytest.mark.parametrize("vocab", [v if v not in _GGUF_LARGE else pytest.param(v, marks=pytest.mark.slow)
-                                   for v in _GGUF_GOLDEN])
+                                   for v in _GGUF_GOLDEN + list(GGUF_SPM_VOCABS)])
 def test_gguf_golden_tokenizations_are_reproduced_and_accepted(vocab, tmp_path):
     """llama.cpp's golden tokenizations (made with each model's own HF tokenizer) are what the runtime built from the
-    GGUF vocabulary and its tokenizer.ggml.pre regexes produces, and the canonical automaton accepts each one."""
+    GGUF vocabulary and its tokenizer.ggml.pre regexes produces, and the canonical automaton accepts each one.
+    SentencePiece-style vocabularies (llama-spm, phi-3): the golden ids carry the dummy prefix, which continuation
+    mode leaves out; under the Replace(" ", "▁") normaliser it is a leading space, so " " + text is encoded."""
     model = load_tokenizer(asset_path(f"gguf/ggml-vocab-{vocab}.gguf"))
     runtime = to_runtime_tokenizer(model)
     golden = _golden(vocab)
     assert len(golden) >= 40
+    prefix = " " if vocab in GGUF_SPM_VOCABS else ""
     for text, ids in golden:
-        assert runtime.encode(text, add_special_tokens=False).ids == ids, text
+        assert runtime.encode(prefix + text if text else text, add_special_tokens=False).ids == ids, text
     if vocab in _GGUF_REFUSED:
         with pytest.raises(UnsupportedTokenizerError, match=_GGUF_REFUSED[vocab]):
             compile_tokenizer(model)
@@ -628,3 +631,28 @@ def test_gguf_pre_tokenizer_names_map_to_llama_cpp_regexes_and_unknown_names_are
     writer.close()
     with pytest.raises(UnsupportedTokenizerError, match="'mystery-pre'"):
         load_tokenizer(path)
+
+
+def test_added_tokens_lstrip_rstrip_err_towards_allowing_and_single_word_is_refused(tmp_path):
+    """lstrip/rstrip: the runtime swallows the whitespace beside the token. Its output is always accepted; a
+    whitespace token written beside it (which the runtime would swallow) is allowed: the corner, measured here."""
+    data = _gpt2_json()
+    n = len(data["model"]["vocab"])
+    data["added_tokens"] += [_added(n, "<tool>", False, lstrip=True), _added(n + 1, "<end>", False, rstrip=True)]
+    model, runtime = _load_pair(data, tmp_path)
+    automaton = compile_tokenizer(model)
+    texts = [t.replace(" the", " <tool>").replace("and ", "<end> and ") for t in _real_texts()[::3]]
+    swallowed = 0
+    for text in texts:
+        ids = runtime.encode(text, add_special_tokens=False).ids
+        assert automaton.accepts(ids)
+        swallowed += runtime.decode(ids, skip_special_tokens=False) != text
+    assert swallowed > 5  # the runtime really drops the whitespace beside them
+    space = data["model"]["vocab"]["Ġ"]
+    for over_allowed in ([space, n], [n + 1, space]):
+        decoded = runtime.decode(over_allowed, skip_special_tokens=False)
+        assert runtime.encode(decoded, add_special_tokens=False).ids != over_allowed  # not canonical
+        assert automaton.accepts(over_allowed)  # allowed: the documented corner
+    data["added_tokens"].append(_added(n + 2, "<word>", False, single_word=True))
+    with pytest.raises(UnsupportedTokenizerError, match="'<word>'.*single_word"):
+        _load_pair(data, tmp_path)
