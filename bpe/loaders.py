@@ -2,7 +2,8 @@
 
 Sources: a ``tokenizer.json`` path (or a directory holding one, or GPT-2's ``encoder.json``/``vocab.bpe``
 pair), a ``tokenizers.Tokenizer``, a transformers fast tokenizer, a tiktoken rank file (merges derived by
-replaying ranks), a GGUF file's vocabulary, a SentencePiece BPE ``.model``.
+replaying ranks), Mistral's Tekken JSON (tiktoken ranks in JSON), a GGUF file's vocabulary, a SentencePiece BPE
+``.model``.
 
 Only what decides tokenization is kept. Anything that changes it in a way canonmerge does not model
 (WordPiece/Unigram models, Strip/Precompiled normalisers, Whitespace/UnicodeScripts pre-tokenizers,
@@ -33,25 +34,101 @@ _EOS_NAMES = ("</s>", "<|endoftext|>", "<|end_of_text|>", "<|eot_id|>", "<|im_en
               "<｜end▁of▁sentence｜>", "<|end▁of▁sentence|>", "<｜end_of_sentence｜>", "<|end_of_sentence|>",
               "[EOS]", "<end_of_utterance>", "<|endofturn|>", "<|eos|>")
 
-# Pre-tokenizer regexes by the names llama.cpp writes into GGUF files (tokenizer.ggml.pre) and by the
-# tiktoken encoding names. Each entry is the list of Split rules applied in order.
+# Pre-tokenizer regexes by the names llama.cpp writes into GGUF files (tokenizer.ggml.pre; src/llama-vocab.cpp of
+# llama.cpp as vendored by llama-cpp-python 0.3.36) and by the tiktoken encoding names. Each entry is the list of
+# regexes llama.cpp applies in order (each an Isolated split of the pieces of the one before: matches and the text
+# between them are pieces), and whether a piece found whole in the vocabulary is one token (ignore_merges). Where
+# llama.cpp rewrote a tokenizer.json regex for its own engine ("(?i:'s|...)" as "'[sS]|..."), the original form,
+# which matches the same strings, is kept.
 _LLAMA3_PATTERN = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
     r"|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
 _QWEN2_PATTERN = _LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+_QWEN35_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*"
+    r"|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 _CL100K_PATTERN = _LLAMA3_PATTERN  # Llama-3 adopted cl100k's regex unchanged
+_O200K_PATTERN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_TEKKEN_PATTERN = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+_CJK = "[一-龥ࠀ-一가-퟿]+"  # llama.cpp's deepseek ranges, as written there
+# deepseek-llm's letter ranges, escaped (an editor's Unicode normalisation must not touch them)
+_DEEPSEEK_LETTERS = (
+    "A-Za-z\u00b5\u00c0-\u00d6\u00d8-\u00f6\u00f8-\u01ba\u01bc-\u01bf\u01c4-\u0293\u0295-\u02af\u0370-\u0373"
+    "\u0376\u0377\u037b-\u037d\u037f\u0386\u0388-\u038a\u038c\u038e-\u03a1\u03a3-\u03f5\u03f7-\u0481\u048a-\u052f"
+    "\u0531-\u0556\u10a0-\u10c5\u13a0-\u13f5\u13f8-\u13fd\u1c90-\u1cba\u1cbd-\u1cbf\u1d00-\u1d2b\u1d6b-\u1d77"
+    "\u1d79-\u1d9a\u1e00-\u1f15\u1f18-\u1f1d\u1f20-\u1f45\u1f48-\u1f4d\u1f50-\u1f57\u1f59\u1f5b\u1f5d\u1f5f-"
+    "\u1f7d\u1f80-\u1fb4\u1fb6-\u1fbc\u1fbe\u1fc2-\u1fc4\u1fc6-\u1fcc\u1fd0-\u1fd3\u1fd6-\u1fdb\u1fe0-\u1fec"
+    "\u1ff2-\u1ff4\u1ff6-\u1ffc\u2102\u2107\u210a-\u2113\u2115\u2119-\u211d\u2124\u2126\u2128\u212a-\u212d\u212f-"
+    "\u2134\u2139\u213c-\u213f\u2145-\u2149\u214e\u2183\u2184\u2c00-\u2c7b\u2c7e-\u2ce4\u2ceb-\u2cee\u2cf2\u2cf3"
+    "\ua640-\ua66d\ua680-\ua69b\ua722-\ua76f\ua771-\ua787\ua78b-\ua78e\uab70-\uabbf\ufb00-\ufb06\ufb13-\ufb17"
+    "\uff21-\uff3a\uff41-\uff5a\U00010400-\U0001044f\U000104b0-\U000104d3\U000104d8-\U000104fb\U00010c80-"
+    "\U00010cb2\U00010cc0-\U00010cf2\U000118a0-\U000118df\U0001e900-\U0001e943"
+)
+_LLAMA_CPP_TYPES: dict[str, tuple[tuple[str, ...], bool]] = {
+    # llama.cpp pre-tokenizer type: (regexes, ignore_merges)
+    "gpt2": ((GPT2_PATTERN,), False),  # llama.cpp drops the final "|\s+": the gap it leaves is the same piece
+    "llama3": ((_LLAMA3_PATTERN,), True),
+    "dbrx": ((_LLAMA3_PATTERN,), False),
+    "glm4": ((_LLAMA3_PATTERN,), True),
+    "qwen2": ((_QWEN2_PATTERN,), False),
+    "qwen35": ((_QWEN35_PATTERN,), False),
+    "starcoder": ((r"\p{N}", GPT2_PATTERN), False),
+    "falcon": ((r"[\p{P}\$\+<=>\^~\|`]+", GPT2_PATTERN, "[0-9][0-9][0-9]"), False),
+    "default": ((r"[\p{P}\$\+<=>\^~\|]+", GPT2_PATTERN, r"\p{N}+", "[0-9][0-9][0-9]"), False),
+    "deepseek-llm": (("[\r\n]", r"\s?[" + _DEEPSEEK_LETTERS + "]+",
+                      r"\s?[!-/:-~！-／：-～‘-‟　-。]+", r"\s+$", _CJK, r"\p{N}+"), False),
+    "deepseek-coder": (("[\r\n]", r"\s?\p{L}+", r"\s?\p{P}+", _CJK, r"\p{N}"), False),
+    "tekken": ((_TEKKEN_PATTERN,), True),
+    "gpt4o": ((_O200K_PATTERN,), False),
+    "bloom": ((r" ?[^(\s|.,!?…。，、।۔،)]+",), False),
+    "viking": ((r" ?[^(\s|.,!?…。，、।۔،)]+", r"\p{N}"), False),
+    "seed-coder": ((r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1}| ?[^\s\p{L}\p{N}\r\n]+"
+                    r"|\s*[\r\n]+|\s+(?!\S)|\s+",), False),
+    "ufakzeka": ((r"[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",), False),
+    "bailingmoe": ((r"'(?:[sSdDmMtT]|[lL][lL]|[vV][eE]|[rR][eE])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+                    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]|\s+(?!\S)|\s+",), False),
+}
+# tokenizer.ggml.pre names -> llama.cpp type (the name lists of llama-vocab.cpp's load_pre).
+_LLAMA_CPP_NAMES = {
+    **dict.fromkeys(("gpt-2", "phi-2", "jina-es", "jina-de", "gigachat", "jina-v2-es", "jina-v2-de", "a.x-4.0",
+                     "mellum", "modern-bert", "exaone4", "mpt", "olmo", "jais", "trillion", "granite-docling",
+                     "jina-v1-en", "jina-v2-code", "roberta-bpe"), "gpt2"),
+    **dict.fromkeys(("llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral", "midm-2.0", "lfm2",
+                     "jina-v5-nano"), "llama3"),
+    **dict.fromkeys(("dbrx", "smaug-bpe", "chatglm-bpe"), "dbrx"),
+    **dict.fromkeys(("glm4", "glm5"), "glm4"),
+    **dict.fromkeys(("qwen2", "deepseek-r1-qwen", "kormo", "f2llmv2", "megrez", "stablelm2", "hunyuan", "solar-open",
+                     "grok-2"), "qwen2"),
+    "qwen35": "qwen35",
+    **dict.fromkeys(("starcoder", "refact", "command-r", "smollm", "codeshell", "exaone", "minerva-7b", "mellum2"),
+                    "starcoder"),
+    "falcon": "falcon", "default": "default", "deepseek-llm": "deepseek-llm", "deepseek-coder": "deepseek-coder",
+    "tekken": "tekken",
+    **dict.fromkeys(("gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"), "gpt4o"),
+    **dict.fromkeys(("poro-chat", "bloom", "gpt3-finnish"), "bloom"),
+    "viking": "viking", "seed-coder": "seed-coder", "ufakzeka": "ufakzeka",
+    **dict.fromkeys(("bailingmoe", "bailingmoe2", "llada-moe"), "bailingmoe"),
+}
+_GGUF_PRE_TOKENIZERS: dict[str, tuple[tuple[SplitRule, ...], bool]] = {
+    name: (tuple(SplitRule(r) for r in _LLAMA_CPP_TYPES[kind][0]), _LLAMA_CPP_TYPES[kind][1])
+    for name, kind in _LLAMA_CPP_NAMES.items()
+}
 _NAMED_PRE_TOKENIZERS: dict[str, tuple[tuple[SplitRule, ...], bool]] = {
-    # name: (split rules, ignore_merges)
-    "gpt-2": ((SplitRule(GPT2_PATTERN),), False),
-    "default": ((SplitRule(GPT2_PATTERN),), False),
-    "llama-bpe": ((SplitRule(_LLAMA3_PATTERN),), True),
-    "llama3": ((SplitRule(_LLAMA3_PATTERN),), True),
-    "qwen2": ((SplitRule(_QWEN2_PATTERN),), False),
-    "smollm": ((SplitRule(r"\p{N}"), SplitRule(GPT2_PATTERN)), False),
+    # name: (split rules, ignore_merges); tiktoken encodings, then llama.cpp's names
     "r50k_base": ((SplitRule(GPT2_PATTERN),), False),
     "gpt2": ((SplitRule(GPT2_PATTERN),), False),
     "cl100k_base": ((SplitRule(_CL100K_PATTERN),), False),
+    **_GGUF_PRE_TOKENIZERS,
 }
 # Special tokens that tiktoken adds after the rank file, by encoding name.
 _TIKTOKEN_SPECIALS = {
@@ -107,6 +184,8 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise TokenizerError(f"{str(path)!r} is not valid tokenizer JSON: {exc}") from exc
+    if _is_tekken(data):
+        return _from_tekken(data, path.name, eos_token_ids)
     if not isinstance(data, dict) or "model" not in data:
         raise TokenizerError(f"{str(path)!r} is JSON but not a tokenizer.json (no 'model' entry)")
     return _from_json_dict(data, eos_token_ids, beside=path.parent)
@@ -305,7 +384,11 @@ def _parse_pre_tokenizer(spec: dict | None, replaces: list[tuple[str, str]], fir
 
 
 def _token_bytes_of(strings: list[str | None], byte_level: bool, byte_fallback: bool,
-                    normalizer: tuple[tuple[str, ...], ...], special: set[int]) -> list[bytes | None]:
+                    normalizer: tuple[tuple[str, ...], ...], special: set[int], unreachable: set[int]
+                    ) -> list[bytes | None]:
+    """Each token's bytes (None for ``special``). A byte-level vocabulary token spelled outside the byte alphabet
+    (Command-R's 1,403 emoji written as plain text) can never come out of BPE, whose pieces are spelled in the
+    alphabet: its id goes into ``unreachable`` (never allowed, like a special token)."""
     decoder = {c: b for b, c in bytes_to_unicode().items()}
     # Undo the normaliser's replacements (SentencePiece style: "▁" stands for a space).
     replacements = [(step[2], step[1]) for step in normalizer if step[0] == "replace"]
@@ -316,8 +399,9 @@ def _token_bytes_of(strings: list[str | None], byte_level: bool, byte_fallback: 
         elif byte_level:
             try:
                 out.append(bytes(decoder[c] for c in s))
-            except KeyError as exc:
-                raise TokenizerError(f"token {i} {s!r} is not in the byte-level alphabet") from exc
+            except KeyError:
+                out.append(None)
+                unreachable.add(i)
         elif byte_fallback and len(s) == 6 and s.startswith("<0x") and s.endswith(">"):
             out.append(bytes([int(s[3:5], 16)]))
         else:
@@ -384,6 +468,12 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None, beside: Path | 
     for s, i in vocab.items():
         strings[i] = s
     special = {a["id"] for a in added if a.get("special")}
+    for a in added:
+        # single_word: the runtime matches the token only between word boundaries, and elsewhere BPE spells its text
+        # with regular tokens, which the automaton forbids (they hold an added token's text): refused, not guessed.
+        if a.get("single_word") and not a.get("special"):
+            raise UnsupportedTokenizerError(f"added token {a['content']!r} (id {a['id']}) with single_word=true is not "
+                                            "supported")
     in_vocab = set(vocab.values())
     plain = {a["id"] for a in added if not a.get("special")}
     for a in added:
@@ -396,7 +486,9 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None, beside: Path | 
     byte_level |= decoder.get("type") == "ByteLevel" or (
         decoder.get("type") == "Sequence" and any(d.get("type") == "ByteLevel" for d in decoder.get("decoders", [])))
     byte_fallback = bool(model.get("byte_fallback"))
-    token_bytes = _token_bytes_of(strings, byte_level, byte_fallback, normalizer, special | (plain - in_vocab))
+    unreachable: set[int] = set()
+    token_bytes = _token_bytes_of(strings, byte_level, byte_fallback, normalizer, special | (plain - in_vocab),
+                                  unreachable)
     added_plain: set[int] = set()
     for i in sorted(plain):
         # Non-special added tokens are found in the text by their content, before normalisation and BPE; the
@@ -411,13 +503,20 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None, beside: Path | 
             added_plain.add(i)
         elif i not in in_vocab:
             special.add(i)
+    unreachable -= added_plain
+    special |= unreachable
+    merge_table = _merge_table(model.get("merges", []), vocab, "tokenizer.json")
+    if unreachable and np.isin(merge_table, list(unreachable)).any():
+        k = int(np.flatnonzero(np.isin(merge_table, list(unreachable)).any(axis=1))[0])
+        raise UnsupportedTokenizerError(f"merge {k} names a token spelled outside the byte-level alphabet "
+                                        f"({[strings[int(t)] for t in merge_table[k]]})")
     if eos_token_ids is not None:
         eos = tuple(eos_token_ids)
     else:
         eos = (_eos_beside(beside, strings) if beside is not None else None) or _guess_eos(strings, special)
     return Tokenizer(
         token_bytes=token_bytes,
-        merge_table=_merge_table(model.get("merges", []), vocab, "tokenizer.json"),
+        merge_table=merge_table,
         eos_token_ids=eos,
         byte_level=byte_level,
         byte_fallback=byte_fallback,
@@ -426,6 +525,7 @@ def _from_json_dict(data: dict, eos_token_ids: list[int] | None, beside: Path | 
         normalizer=normalizer,
         special_token_ids=frozenset(special),
         added_token_ids=frozenset(added_plain),
+        unreachable_token_ids=frozenset(unreachable),
         token_strings=strings,
     )
 
@@ -498,19 +598,37 @@ def _from_tiktoken(path: Path, eos_token_ids: list[int] | None, pre_tokenizer: s
         if rank != len(ranked):
             raise TokenizerError(f"{path.name} line {line_no}: ranks must be 0, 1, 2, … (found {rank})")
         ranked.append(token)
-    specials = _TIKTOKEN_SPECIALS.get(name, {})
-    size = max([len(ranked) - 1, *specials.values()]) + 1
-    token_bytes: list[bytes | None] = [*ranked, *([None] * (size - len(ranked)))]
-    encoder = bytes_to_unicode()
-    strings: list[str | None] = ["".join(encoder[b] for b in t) for t in ranked] + [None] * (size - len(ranked))
-    for content, i in specials.items():
-        strings[i] = content
     rules, ignore_merges = _NAMED_PRE_TOKENIZERS[name]
-    special = set(specials.values())
-    eos = tuple(eos_token_ids) if eos_token_ids is not None else _guess_eos(strings, special)
+    specials = {i: content for content, i in _TIKTOKEN_SPECIALS.get(name, {}).items()}
+    return _from_ranks(ranked, 0, specials, rules, ignore_merges, eos_token_ids, None)
+
+
+def _from_ranks(ranked: list[bytes], offset: int, specials: dict[int, str], rules: tuple[SplitRule, ...],
+                ignore_merges: bool, eos_token_ids: list[int] | None, eos_name: str | None) -> Tokenizer:
+    """A byte-level tokenizer from tiktoken-style ranks: rank r is id ``offset + r``, merges replay the ranks,
+    ``specials`` (id -> content) are never produced by text. EOS: ``eos_token_ids``, else the special named
+    ``eos_name``, else the list of names."""
+    size = max([offset + len(ranked) - 1, *specials]) + 1
+    token_bytes: list[bytes | None] = [None] * size
+    token_bytes[offset:offset + len(ranked)] = ranked
+    encoder = bytes_to_unicode()
+    strings: list[str | None] = [None] * size
+    strings[offset:offset + len(ranked)] = ["".join(encoder[b] for b in t) for t in ranked]
+    for i, content in specials.items():
+        if token_bytes[i] is not None:
+            raise TokenizerError(f"special token {content!r} has id {i}, which is a regular token's")
+        strings[i] = content
+    special = set(specials)
+    if eos_token_ids is not None:
+        eos = tuple(eos_token_ids)
+    elif eos_name is not None and eos_name in specials.values():
+        eos = (next(i for i, c in specials.items() if c == eos_name),)
+    else:
+        eos = _guess_eos(strings, special)
+    merges = np.array(_replay_ranks(ranked), dtype=np.int32).reshape(-1, 3) + offset
     return Tokenizer(
         token_bytes=token_bytes,
-        merge_table=np.array(_replay_ranks(ranked), dtype=np.int32).reshape(-1, 3),
+        merge_table=merges,
         eos_token_ids=eos,
         byte_level=True,
         byte_fallback=False,
@@ -520,6 +638,67 @@ def _from_tiktoken(path: Path, eos_token_ids: list[int] | None, pre_tokenizer: s
         special_token_ids=frozenset(special),
         token_strings=strings,
     )
+
+
+# --------------------------------------------------------------------------------------------- Tekken
+
+# Mistral's Tekken files (mistral-common) before v7 carry no special tokens; the runtime then uses these 20 at ids
+# 0-19, and names the rest of the reserved ids "<SPECIAL_{id}>".
+_TEKKEN_DEFAULT_SPECIALS = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+                            "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]",
+                            "[IMG_END]", "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+                            "[TOOL_CONTENT]")
+
+
+def _is_tekken(data: Any) -> bool:
+    return isinstance(data, dict) and "model" not in data and isinstance(data.get("config"), dict) and "vocab" in data
+
+
+def _from_tekken(data: dict, where: str, eos_token_ids: list[int] | None) -> Tokenizer:
+    """Mistral's Tekken JSON, as mistral-common's Tekkenizer reads it: tiktoken ranks (base64 token bytes) cut to
+    ``default_vocab_size - default_num_special_tokens``, each id shifted up by the number of special tokens, which
+    take ids 0..n-1; the config's regex is the pre-tokenizer (tiktoken: a whole piece found in the ranks is one
+    token, so ignore_merges). Special tokens are never produced by text; EOS is ``</s>``."""
+    config = data["config"]
+    try:
+        pattern = config["pattern"]
+        vocab_size = int(config["default_vocab_size"])
+        num_special = int(config["default_num_special_tokens"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise TokenizerError(f"{where}: Tekken config lacks a valid {exc} (needs pattern, default_vocab_size, "
+                             "default_num_special_tokens)") from None
+    if not isinstance(pattern, str) or not pattern:
+        raise TokenizerError(f"{where}: Tekken config pattern {pattern!r} is not a regex")
+    vocab = data["vocab"]
+    if not isinstance(vocab, list) or not 0 <= num_special <= vocab_size <= len(vocab) + num_special:
+        raise TokenizerError(f"{where}: Tekken vocabulary of {len(vocab) if isinstance(vocab, list) else '?'} "
+                             f"ranks cannot fill default_vocab_size={vocab_size} with {num_special} special tokens")
+    ranked: list[bytes] = []
+    for i, entry in enumerate(vocab[:vocab_size - num_special]):
+        try:
+            if entry["rank"] != i:
+                raise ValueError(f"rank {entry['rank']!r} where {i} was expected")
+            ranked.append(base64.b64decode(entry["token_bytes"], validate=True))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TokenizerError(f"{where}: Tekken vocabulary entry {i} is not {{rank, token_bytes (base64)}}: "
+                                 f"{exc}") from None
+    if len(set(ranked)) != len(ranked):
+        raise TokenizerError(f"{where}: Tekken vocabulary holds the same token bytes twice")
+    listed = data.get("special_tokens")
+    if listed is None:
+        names = list(_TEKKEN_DEFAULT_SPECIALS[:num_special])
+    else:
+        try:
+            names = [t["token_str"] for t in sorted(listed, key=lambda t: t["rank"])]
+            if [t["rank"] for t in sorted(listed, key=lambda t: t["rank"])] != list(range(len(names))):
+                raise ValueError("special token ranks are not 0, 1, 2, …")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TokenizerError(f"{where}: Tekken special_tokens are not [{{rank, token_str}}]: {exc}") from None
+        if len(names) > num_special:
+            raise TokenizerError(f"{where}: {len(names)} special tokens but default_num_special_tokens={num_special}")
+    names += [f"<SPECIAL_{i}>" for i in range(len(names), num_special)]
+    rules = (SplitRule(pattern),)
+    return _from_ranks(ranked, num_special, dict(enumerate(names)), rules, True, eos_token_ids, "</s>")
 
 
 # --------------------------------------------------------------------------------------------- GGUF
@@ -549,10 +728,12 @@ def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
     control = {i for i, t in enumerate(token_types) if t in (2, 3, 5)}
     user_defined = {i for i, t in enumerate(token_types) if t == 4}
     if model == "gpt2":
-        pre = field("tokenizer.ggml.pre", "default")
-        if pre not in _NAMED_PRE_TOKENIZERS:
-            raise UnsupportedTokenizerError(f"{path.name}: GGUF pre-tokenizer {pre!r} is not supported")
-        rules, ignore_merges = _NAMED_PRE_TOKENIZERS[pre]
+        pre = field("tokenizer.ggml.pre", "default")  # llama.cpp reads a missing name as "default"
+        if pre not in _GGUF_PRE_TOKENIZERS:
+            raise UnsupportedTokenizerError(
+                f"{path.name}: GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported; supported: "
+                f"{', '.join(sorted(_GGUF_PRE_TOKENIZERS))}")
+        rules, ignore_merges = _GGUF_PRE_TOKENIZERS[pre]
         vocab = {s: i for i, s in enumerate(tokens)}
         merges = field("tokenizer.ggml.merges", [])
         added = [_added_token(i, tokens[i], True) for i in sorted(control)]
@@ -574,7 +755,32 @@ def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
         byte_fallback = any(t == 6 for t in token_types)
         return _from_pieces(list(tokens), list(scores), control, byte_fallback,
                             eos_token_ids if eos_token_ids is not None else ([eos] if eos is not None else None))
-    raise UnsupportedTokenizerError(f"{path.name}: GGUF tokenizer model {model!r} is not BPE (gpt2 or llama)")
+    if model == "gemma4":
+        # SentencePiece-style BPE over raw UTF-8 with merges (Gemma 4): spaces written "▁" (llama.cpp's
+        # escape_whitespaces), <0xNN> byte fallback, no dummy prefix; llama.cpp splits the text into runs of newlines
+        # and runs of anything else before BPE. The split only concerns "\n", which the Replace normaliser leaves
+        # alone, so it is added after reading (a Split regex after a Replace is refused in tokenizer.json in general).
+        from dataclasses import replace as _replace
+
+        pre = field("tokenizer.ggml.pre", "gemma4")
+        if pre not in ("gemma4", "default"):
+            raise UnsupportedTokenizerError(f"{path.name}: GGUF pre-tokenizer {pre!r} for a gemma4 vocabulary is not "
+                                            "supported")
+        merges = field("tokenizer.ggml.merges")
+        if merges is None:
+            raise TokenizerError(f"{path.name}: gemma4 GGUF vocabulary without merges")
+        data = {
+            "model": {"type": "BPE", "vocab": {s: i for i, s in enumerate(tokens)}, "merges": merges,
+                      "byte_fallback": any(t == 6 for t in token_types)},
+            "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "▁"},
+            "pre_tokenizer": None,
+            "added_tokens": [_added_token(i, tokens[i], True) for i in sorted(control)]
+                            + [_added_token(i, tokens[i], False) for i in sorted(user_defined)],
+        }
+        loaded = _from_json_dict(data, eos_token_ids if eos_token_ids is not None else ([eos] if eos is not None else None))
+        return _replace(loaded, pre_tokenizer=(SplitRule(r"[^\n]+|[\n]+"),))
+    raise UnsupportedTokenizerError(f"{path.name}: GGUF tokenizer model {model!r} is not supported (supported: gpt2, "
+                                    "llama, gemma4)")
 
 
 # --------------------------------------------------------------------------------------------- SentencePiece
@@ -672,7 +878,7 @@ def to_runtime_tokenizer(model: Tokenizer):
     if model.byte_level:
         pre.append({"type": "ByteLevel", "add_prefix_space": False, "use_regex": False, "trim_offsets": False})
     added = [_added_token(i, model.token_strings[i], i in model.special_token_ids)
-             for i in sorted(model.special_token_ids | model.added_token_ids)]
+             for i in sorted((model.special_token_ids - model.unreachable_token_ids) | model.added_token_ids)]
     data = {
         "version": "1.0", "truncation": None, "padding": None, "added_tokens": added,
         "normalizer": {"type": "Sequence", "normalizers": normalizers} if normalizers else None,

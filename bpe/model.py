@@ -69,6 +69,9 @@ class Tokenizer:
     normalizer: tuple[tuple[str, ...], ...]  # steps like ("nfc",), ("prepend", "▁"), ("replace", " ", "▁")
     special_token_ids: frozenset[int] = frozenset()
     added_token_ids: frozenset[int] = frozenset()  # added tokens that are not special (matched before BPE)
+    # Vocabulary tokens BPE can never produce (spelled outside the byte alphabet); also in special_token_ids (never
+    # allowed), but plain vocabulary entries, not added tokens, in the runtime built from the model.
+    unreachable_token_ids: frozenset[int] = frozenset()
     token_strings: list[str | None] = field(default_factory=list, repr=False)  # the vocabulary's own spelling
 
     def __post_init__(self) -> None:

@@ -21,8 +21,8 @@ from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
-from bpe.assets import TEXT_SAMPLES, asset_path, reference_runtime, tokenizer_source
-from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json
+from bpe.assets import ASSETS, GGUF_BPE_VOCABS, GGUF_SPM_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
+from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
 
@@ -360,6 +360,8 @@ def test_eos_from_the_files_beside_the_tokenizer(tmp_path):
     # The pinned o200k/gpt-oss/Gemma 3 tokenizers name their EOS only in tokenizer_config.json.
     assert load_tokenizer(tokenizer_source("gemma3")).eos_token_ids == (106,)  # <end_of_turn>
     assert load_tokenizer(tokenizer_source("gptoss")).eos_token_ids == (200002,)  # <|return|>
+    assert load_tokenizer(tokenizer_source("llama3_1")).eos_token_ids == (128009,)  # <|eot_id|>
+    assert load_tokenizer(tokenizer_source("gemma")).eos_token_ids == (1,)  # <eos>
 
 
 @pytest.mark.parametrize("name,token", [("<end_of_turn>", "<end_of_turn>"), ("<｜end▁of▁sentence｜>", None),
@@ -405,7 +407,7 @@ def _large(name):
     return _LARGE[name]
 
 
-@pytest.mark.parametrize("name", ["o200k", "gptoss", "gemma3"])
+@pytest.mark.parametrize("name", LARGE_TOKENIZERS)
 def test_large_tokenizers_token_bytes_equal_the_runtime(name):
     model, runtime = _large(name)
     assert model.vocab_size == 1 + max(runtime.get_vocab(with_added_tokens=True).values())
@@ -423,9 +425,238 @@ def test_o200k_is_exact_on_real_text():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["gptoss", "gemma3"])
-def test_gptoss_and_gemma3_are_exact_on_real_text(name):
+@pytest.mark.parametrize("name", [n for n in LARGE_TOKENIZERS if n != "o200k"])
+def test_large_tokenizers_are_exact_on_real_text(name):
     model, runtime = _large(name)
     report: dict = {}
     _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000, report=report)
     print(name, report)
+
+
+# -- formats with a runtime of their own: cl100k's tiktoken file, Mistral's Tekken JSON ---------------------------
+
+
+class _NativeRuntime:
+    """The two calls ``_assert_exact`` makes, answered by a format's own runtime (``bpe.assets.native_runtime``):
+    tiktoken's ``cl100k_base`` encoding, mistral-common's ``Tekkenizer``."""
+
+    def __init__(self, name: str):
+        self.name, self.runtime = name, native_runtime(name)
+
+    def encode(self, text: str, add_special_tokens: bool = False):
+        if self.name == "tekken":
+            ids = self.runtime.encode(text, bos=False, eos=False)
+        else:
+            ids = self.runtime.encode_ordinary(text)
+        return type("Encoding", (), {"ids": ids})
+
+    def token_bytes(self, i: int) -> bytes:
+        if self.name == "tekken":
+            return self.runtime._model.decode_single_token_bytes(i - self.runtime.num_special_tokens)
+        return self.runtime.decode_single_token_bytes(i)
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        return b"".join(self.token_bytes(i) for i in ids).decode("utf-8", errors="replace")
+
+
+_NATIVE = {}
+
+
+def _native(name):
+    if name not in _NATIVE:
+        model = load_tokenizer(tokenizer_source(name))
+        _NATIVE[name] = (model, _NativeRuntime(name), to_runtime_tokenizer(model))  # = reference_runtime(name)
+    return _NATIVE[name]
+
+
+@pytest.mark.parametrize("name", NATIVE_TOKENIZERS)
+def test_native_formats_token_bytes_and_encodings_equal_their_own_runtime(name):
+    """Every regular id's bytes are the runtime's; every token's text, and real text, encodes the same in the
+    format's own runtime (tiktoken / mistral-common) and in the tokenizers runtime built from the loaded model."""
+    model, native, built = _native(name)
+    regular = [i for i, b in enumerate(model.token_bytes) if b is not None]
+    assert len(regular) == {"cl100k": 100_256, "tekken": 130_072}[name]
+    assert all(native.token_bytes(i) == model.token_bytes[i] for i in regular)
+    as_text = [b.decode() for b in (model.token_bytes[i] for i in regular) if _utf8(b)]
+    assert len(as_text) > 95_000
+    assert [native.encode(t).ids for t in as_text] == [e.ids for e in built.encode_batch(as_text, add_special_tokens=False)]
+    for text in _real_texts(20_000):
+        assert native.encode(text).ids == built.encode(text, add_special_tokens=False).ids, text[:80]
+
+
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode()
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def test_cl100k_specials_and_eos():
+    model, native, _ = _native("cl100k")
+    assert model.vocab_size == native.runtime.n_vocab == 100_277
+    assert model.eos_token_ids == (native.runtime.eot_token,) == (100257,)
+    assert {model.token_strings[i]: i for i in model.special_token_ids} == native.runtime._special_tokens
+    assert model.pre_tokenizer[0].behavior == "isolated" and "(?!\\S)" in model.pre_tokenizer[0].pattern
+
+
+def test_tekken_special_tokens_take_the_first_ids():
+    model, native, _ = _native("tekken")
+    tekkenizer = native.runtime
+    assert model.vocab_size == tekkenizer.n_words == 131_072
+    assert model.special_token_ids == frozenset(range(tekkenizer.num_special_tokens)) == frozenset(range(1000))
+    assert [model.token_strings[i] for i in range(1000)] == [tekkenizer.id_to_piece(i) for i in range(1000)]
+    assert model.eos_token_ids == (tekkenizer.eos_id,) == (2,)
+    assert model.ignore_merges and model.pre_tokenizer == (SplitRule(tekkenizer._model._pat_str),)
+    # The older file holds the same vocabulary and regex (240911 adds an image section).
+    older = load_tokenizer(asset_path("tekken/tekken_240718.json"))
+    assert older.token_bytes == model.token_bytes and older.pre_tokenizer == model.pre_tokenizer
+
+
+@pytest.mark.parametrize("name,chars,tokens", [*((n, 6_000, 40_000) for n in NATIVE_TOKENIZERS),
+                                                *(pytest.param(n, 20_000, 100_000, marks=pytest.mark.slow)
+                                                  for n in NATIVE_TOKENIZERS)])
+def test_native_formats_are_exact_on_real_text(name, chars, tokens):
+    """The format's own runtime is the oracle: its encodings of real text are accepted, respellings accepted
+    exactly when it says canonical (40k+ tokens by default, 100k+ under -m slow)."""
+    model, native, _ = _native(name)
+    report: dict = {}
+    _assert_exact(model, native, _real_texts(chars), min_tokens=tokens, report=report)
+    assert report["added_respellings"] == 0
+    print(name, report)
+
+
+def test_malformed_tekken_files_are_typed_errors_naming_the_problem(tmp_path):
+    good = json.loads(tokenizer_source("tekken").read_text(encoding="utf-8"))
+    path = tmp_path / "tekken.json"
+
+    def load(data):
+        path.write_text(json.dumps(data), encoding="utf-8")
+        return load_tokenizer(path)
+
+    small = dict(good, vocab=good["vocab"][:300], config=dict(good["config"], default_vocab_size=1300))
+    assert load(small).vocab_size == 1300
+    cases = [
+        (dict(small, config={k: v for k, v in small["config"].items() if k != "pattern"}), "'pattern'"),
+        (dict(small, config=dict(small["config"], default_vocab_size=5000)), "cannot fill default_vocab_size=5000"),
+        (dict(small, vocab=small["vocab"][:5] + [dict(small["vocab"][5], rank=9)] + small["vocab"][6:]),
+         "entry 5.*rank 9"),
+        (dict(small, vocab=small["vocab"][:7] + [dict(small["vocab"][7], token_bytes="***")] + small["vocab"][8:]),
+         "entry 7"),
+        (dict(small, vocab=small["vocab"][:8] + [small["vocab"][3] | {"rank": 8}] + small["vocab"][9:]), "twice"),
+        (dict(small, special_tokens=[{"rank": 1, "token_str": "<s>", "is_control": True}]), "special_tokens"),
+        (dict(small, vocab=small["vocab"][:299] + [{"rank": 299, "token_bytes": "eHl6enk=", "token_str": "xyzzy"}]),
+         "cannot be produced by merging"),
+    ]
+    for data, message in cases:
+        with pytest.raises(TokenizerError, match=message):
+            load(data)
+    with_specials = dict(small, special_tokens=[{"rank": 0, "token_str": "<unk>", "is_control": True},
+                                                {"rank": 1, "token_str": "<|end|>", "is_control": True}])
+    loaded = load(with_specials)
+    assert loaded.token_strings[1] == "<|end|>" and loaded.token_strings[2] == "<SPECIAL_2>"
+    assert loaded.eos_token_ids == (1,)  # no "</s>": the list of names
+    bad_regex = dict(small, config=dict(small["config"], pattern=r"\w+(?<=x)"))
+    with pytest.raises(UnsupportedTokenizerError):
+        compile_tokenizer(load(bad_regex), tmp_path / "cache")
+
+
+# -- GGUF vocabularies: every BPE pre-tokenizer name llama.cpp's vocab files use -----------------------------------
+
+# Vocabularies whose pre-tokenizer regexes the automaton cannot take (refused with UnsupportedTokenizerError):
+# deepseek-coder's CJK class is a range of non-ASCII characters, deepseek-llm's letter class names 160 of them.
+_GGUF_REFUSED = {"deepseek-coder": "pre-tokenizer", "deepseek-llm": "non-ASCII characters"}
+_GGUF_GOLDEN = [v for v in GGUF_BPE_VOCABS if f"gguf/ggml-vocab-{v}.gguf.inp" in ASSETS]
+_GGUF_LARGE = {"command-r", "qwen35", "qwen2", "llama-bpe", "deepseek-llm", "gemma-4"}  # 100k+ tokens: -m slow
+
+
+def _golden(vocab: str) -> list[tuple[str, list[int]]]:
+    inputs = asset_path(f"gguf/ggml-vocab-{vocab}.gguf.inp").read_text(encoding="utf-8").split("\n__ggml_vocab_test__\n")
+    outputs = asset_path(f"gguf/ggml-vocab-{vocab}.gguf.out").read_text(encoding="utf-8").split("\n")
+    return [(text, [int(x) for x in line.split()]) for text, line in zip(inputs, outputs[:-1])]
+
+
+@pytest.mark.parametrize("vocab", [v if v not in _GGUF_LARGE else pytest.param(v, marks=pytest.mark.slow)
+                                   for v in _GGUF_GOLDEN + list(GGUF_SPM_VOCABS)])
+def test_gguf_golden_tokenizations_are_reproduced_and_accepted(vocab, tmp_path):
+    """llama.cpp's golden tokenizations (made with each model's own HF tokenizer) are what the runtime built from the
+    GGUF vocabulary and its tokenizer.ggml.pre regexes produces, and the canonical automaton accepts each one.
+    SentencePiece-style vocabularies with a dummy prefix (llama-spm, phi-3): the golden ids carry it, continuation
+    mode leaves it out; under the Replace(" ", "▁") normaliser it is a leading space, so " " + text is encoded.
+    Gemma 4 (tokenizer.ggml.model gemma4) has none."""
+    model = load_tokenizer(asset_path(f"gguf/ggml-vocab-{vocab}.gguf"))
+    runtime = to_runtime_tokenizer(model)
+    golden = _golden(vocab)
+    assert len(golden) >= 40
+    prefix = " " if vocab in ("llama-spm", "phi-3") else ""
+    if vocab == "gemma-4":  # llama.cpp splits runs of newlines from the rest; spaces are "▁"; byte fallback
+        assert model.pre_tokenizer == (SplitRule(r"[^\n]+|[\n]+"),) and model.byte_fallback
+        assert model.normalizer == (("replace", " ", "▁"),) and model.eos_token_ids == (1,)
+    for text, ids in golden:
+        assert runtime.encode(prefix + text if text else text, add_special_tokens=False).ids == ids, text
+    if vocab in _GGUF_REFUSED:
+        with pytest.raises(UnsupportedTokenizerError, match=_GGUF_REFUSED[vocab]):
+            compile_tokenizer(model)
+        return
+    automaton = compile_tokenizer(model)
+    for text, ids in golden:
+        assert automaton.accepts(ids), text
+
+
+def test_gguf_plain_text_vocabulary_tokens_are_never_produced():
+    """Command-R's GGUF holds 1,403 regular tokens spelled as plain text (emoji) that byte-level BPE never reaches:
+    never allowed, and plain vocabulary entries (not added tokens) in the runtime built from the model."""
+    model = load_tokenizer(asset_path("gguf/ggml-vocab-command-r.gguf"))
+    assert len(model.unreachable_token_ids) == 1403 and model.unreachable_token_ids <= model.special_token_ids
+    runtime = to_runtime_tokenizer(model)
+    llama = model.token_strings.index("🦙")
+    assert llama in model.unreachable_token_ids and llama not in runtime.encode(" 🦙🦙", add_special_tokens=False).ids
+
+
+def test_gguf_pre_tokenizer_names_map_to_llama_cpp_regexes_and_unknown_names_are_refused(tmp_path):
+    from gguf import GGUFWriter
+
+    starcoder = load_tokenizer(asset_path("gguf/ggml-vocab-starcoder.gguf"))
+    assert [r.pattern for r in starcoder.pre_tokenizer] == [r"\p{N}", GPT2_PATTERN]
+    falcon = load_tokenizer(asset_path("gguf/ggml-vocab-falcon.gguf"))
+    assert len(falcon.pre_tokenizer) == 3 and falcon.pre_tokenizer[-1].pattern == "[0-9][0-9][0-9]"
+    neox = load_tokenizer(asset_path("gguf/ggml-vocab-gpt-neox.gguf"))  # no tokenizer.ggml.pre: llama.cpp's default
+    assert [r.pattern for r in neox.pre_tokenizer][2:] == [r"\p{N}+", "[0-9][0-9][0-9]"]
+    path = tmp_path / "mystery.gguf"
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("mystery-pre")
+    writer.add_token_list(["a", "b", "ab"])
+    writer.add_token_types([1, 1, 1])
+    writer.add_token_merges(["a b"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(UnsupportedTokenizerError, match="'mystery-pre'"):
+        load_tokenizer(path)
+
+
+def test_added_tokens_lstrip_rstrip_err_towards_allowing_and_single_word_is_refused(tmp_path):
+    """lstrip/rstrip: the runtime swallows the whitespace beside the token. Its output is always accepted; a
+    whitespace token written beside it (which the runtime would swallow) is allowed: the corner, measured here."""
+    data = _gpt2_json()
+    n = len(data["model"]["vocab"])
+    data["added_tokens"] += [_added(n, "<tool>", False, lstrip=True), _added(n + 1, "<end>", False, rstrip=True)]
+    model, runtime = _load_pair(data, tmp_path)
+    automaton = compile_tokenizer(model)
+    texts = [t.replace(" the", " <tool>").replace("and ", "<end> and ") for t in _real_texts()[::3]]
+    swallowed = 0
+    for text in texts:
+        ids = runtime.encode(text, add_special_tokens=False).ids
+        assert automaton.accepts(ids)
+        swallowed += runtime.decode(ids, skip_special_tokens=False) != text
+    assert swallowed > 5  # the runtime really drops the whitespace beside them
+    space = data["model"]["vocab"]["Ġ"]
+    for over_allowed in ([space, n], [n + 1, space]):
+        decoded = runtime.decode(over_allowed, skip_special_tokens=False)
+        assert runtime.encode(decoded, add_special_tokens=False).ids != over_allowed  # not canonical
+        assert automaton.accepts(over_allowed)  # allowed: the documented corner
+    data["added_tokens"].append(_added(n + 2, "<word>", False, single_word=True))
+    with pytest.raises(UnsupportedTokenizerError, match="'<word>'.*single_word"):
+        _load_pair(data, tmp_path)
