@@ -34,7 +34,9 @@ _O200K_PATTERN = (
 _BEHAVIORS = ("isolated", "removed", "merged_with_previous", "merged_with_next", "contiguous")
 _TRICKY = ["a", "B", "s", "'", "'S", "'ll", " ", "  ", "\n", "\r\n", "\t", "1", "23", "!", "$", "/", "é", "É", "中",
            "\u00a0", "\u2000", "ſ", "\u212a", "ǅ", "ʰ", "\u0301", "\u0903", "¹", "_", "😀", "▁", "，", "«", "…", "\x1c"]
-_text = st.lists(st.one_of(st.sampled_from(_TRICKY), st.characters(codec="utf-8", exclude_categories=("Cs",))),
+# Characters unassigned in this Python's Unicode database (Cn) are left out: the runtime's regex engine knows a
+# newer Unicode (U+13440 is a mark there, unassigned in Python 3.11's Unicode 14), a corner of docs/exactness.md.
+_text = st.lists(st.one_of(st.sampled_from(_TRICKY), st.characters(codec="utf-8", exclude_categories=("Cs", "Cn"))),
                  max_size=16).map("".join)
 
 
