@@ -91,7 +91,6 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
         for q in np.flatnonzero((target != MISSING) & accepting[np.maximum(target, 0)]).tolist():
             exits_at[q].append(ord(char) - _EXIT_BASE)
         marker_classes.append(c)
-    exit_sets: list[tuple[int, ...]] = []
     set_id: dict[tuple[int, ...], int] = {}
     exit_of = np.full(len(class_target), -1, dtype=np.int64)
     for q, exits in enumerate(exits_at):

@@ -225,11 +225,10 @@ class Guide:
         self._forced: dict[int, tuple[int, ...]] = {}
 
     # ---- storage (``product.library``): a compiled guide as named arrays, no pickle ---------------------------
-    _ROW_KINDS = {"packed X": 1, "sparse": 2, "dense": 3}
-
     def _to_arrays(self) -> dict[str, np.ndarray]:
-        """What a compiled plain guide needs at run time, as arrays (its rows flattened: kind per node, then the
-        row's arrays one after another in ``row_data``, bounded by ``row_bounds``)."""
+        """What a compiled plain guide needs at run time, as arrays (its rows flattened: kind per node — 0 none,
+        1 sparse with X packed, 2 sparse, 3 dense — then the row's arrays one after another in ``row_data``,
+        bounded by ``row_bounds``)."""
         if self._seeds is not None or type(self) is not Guide:
             raise TypeError("only plain guides are stored as arrays")
         kinds, parts = np.zeros(self.num_nodes, dtype=np.int8), []

@@ -226,7 +226,7 @@ class _Skeleton:
         self.label, literal, first, last = {}, {}, {}, {}
         for c, chars in chars_of.items():
             parts = [f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)]
-            self.label[c] = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+            self.label[c] = _alternation(parts)
             literal[c] = not any(ch in leaves for ch in chars)
             encoded = [ch.encode("utf-8", "surrogatepass") for ch in chars]
             first[c] = {b[0] for b in encoded}
@@ -283,17 +283,9 @@ class _Skeleton:
                 raise _Cycle
             on_path.add(q)
             parts = [exit_marker(0)] if self.accepting[q] else []
-            row = self.table[q]
-            by_target: dict[int, list[int]] = {}
-            for c in np.flatnonzero(row != MISSING).tolist():
-                if c in self.chars_of:
-                    by_target.setdefault(int(row[c]), []).append(c)
-            for t, classes in by_target.items():
-                labels = [self.label[c] for c in classes]
-                label = labels[0] if len(labels) == 1 else "(?:" + "|".join(labels) + ")"
-                parts.append(label + write(t, False))
+            parts += [label + write(t, False) for t, label in self._edges(q).items()]
             on_path.discard(q)
-            text = parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+            text = _alternation(parts)
             size[0] += len(text)
             if size[0] > _MAX_FRAGMENT_REGEX:
                 raise StitchError("a fragment's regex is too long to write out")
@@ -304,7 +296,7 @@ class _Skeleton:
             parts = [exit_marker(0) if root == END else write(root, True) for root in sorted(roots)]
         except _Cycle:
             return self._eliminated(roots, soft)
-        return (parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"), exits
+        return _alternation(parts), exits
 
     def _edges(self, q: int) -> dict[int, str]:
         """q's edges: target -> the regex of the characters that lead there."""
