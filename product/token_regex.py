@@ -110,11 +110,13 @@ class VocabularyTrie:
         return row_bounds(self.lengths)
 
 
-# Grouping tokens by byte-class sequence costs a pass over the whole vocabulary (30-160 ms at 50k-128k tokens);
-# it pays only when the DFA has many byte edges. Measured (GPT-2 / Llama-3, plain vs grouped): enum 45 edges
-# 2 vs 119-162 ms; JSON object 995 edges 29-67 vs 101-231 ms; sentence 4,358 edges 928-1,089 vs 261-452 ms;
-# email 12,830 edges 732-1,605 vs 267-552 ms.
+# Grouping tokens by byte-class sequence costs a pass over the whole vocabulary (100-200 ms at 128k tokens); it
+# pays only when few classes collapse many tokens into one sequence and many edges walk them. Measured on Llama-3
+# (plain vs grouped, ms): a sentence of words, 4 classes, 2,316 edges: 127 vs 88; ``( ?[A-Za-z]+){1,20}``, 3
+# classes: 103 vs 89; but a JSON object's whole regex, 44 classes, 20,240 edges: 282 vs 462; "anything", 42
+# classes: 52 vs 198; "any key but five", 37 classes: 110 vs 235 (docs/optimizations.md).
 _GROUPING_MIN_EDGES = 2000
+_GROUPING_MAX_CLASSES = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -167,7 +169,8 @@ class TokenTransitions:
         # Bytes the DFA never tells apart form a class; walking class sequences shares all tokens that read alike.
         representative, class_of_byte = unique_rows(dfa.transitions.T)
         grouped = None
-        if int((dfa.transitions >= 0).sum()) >= _GROUPING_MIN_EDGES and len(representative) < 256:
+        if (int((dfa.transitions >= 0).sum()) >= _GROUPING_MIN_EDGES
+                and len(representative) <= _GROUPING_MAX_CLASSES):
             grouped = trie.by_class(class_of_byte.astype(np.uint8))
         if grouped is not None:
             trie, members, member_bounds = grouped
@@ -175,7 +178,20 @@ class TokenTransitions:
         else:
             members, member_bounds = np.zeros(0, np.int32), np.zeros(1, np.int64)
             table = dfa.transitions
-        walk = (np.ascontiguousarray(table), trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo,
+        table = np.ascontiguousarray(table)
+        # A token's row entry depends only on the state its first symbol leads to: split the trie into the root's
+        # subtrees (one per first symbol) and walk each subtree once per distinct state it is entered in; rows are
+        # then copies of those segments. It pays when states share them: in the DFA of "any key but these five"
+        # (43 states, 3.2M entries on Llama-3) every key-prefix state enters most subtrees in the free-string
+        # state: 377 segments for 4,183 (state, subtree) pairs, 110 -> 23 ms. Where most pairs are distinct (a
+        # JSON value of any type: 4,151 of 6,398) the per-state walk is faster (52 vs 86 ms).
+        children = np.flatnonzero(trie.node_depth == 1)
+        if num_states * len(children) <= _MAX_SEGMENT_TABLE:
+            built = TokenTransitions._from_segments(dfa, table, trie, children, members, member_bounds, trie_vocab,
+                                                    max_entries)
+            if built is not None:
+                return built
+        walk = (table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo,
                 trie.node_tokens, members, member_bounds, trie_vocab)
         # Most constraints' rows fit in a few vocabularies' worth of entries: one pass fills arrays of that size.
         # When they outgrow it, the walk stops before the row that did not fit, counts the rest, and fills
@@ -198,6 +214,110 @@ class TokenTransitions:
         if total < capacity:
             tokens, targets = tokens[:total].copy(), targets[:total].copy()
         return TokenTransitions(offsets, tokens, targets, dfa.accepting.copy(), int(dfa.start))
+
+    @staticmethod
+    def _from_segments(dfa: DFA, table: np.ndarray, trie: VocabularyTrie, children: np.ndarray, members: np.ndarray,
+                       member_bounds: np.ndarray, vocab_size: int, max_entries: int) -> "TokenTransitions":
+        """``build`` by segments: (first-symbol subtree, state after that symbol) pairs, each walked once; None
+        when fewer than half the pairs repeat (then the per-state walk is faster)."""
+        num_states = len(table)
+        after = table[:, trie.node_byte[children]].astype(np.int64)  # [state, subtree]: state after its symbol
+        live = after >= 0
+        keys = (np.arange(len(children), dtype=np.int64)[None, :] * num_states + after)[live]
+        distinct, inverse = np.unique(keys, return_inverse=True)
+        if _MIN_SEGMENT_SHARING * len(distinct) > len(keys):
+            return None
+        segment_of = np.full(after.shape, -1, dtype=np.int64)
+        segment_of[live] = inverse
+        segment_child, segment_state = np.divmod(distinct, num_states)
+        segment_offsets, segment_tokens, segment_targets = _walk_segments(
+            table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo, trie.node_tokens, members,
+            member_bounds, children[segment_child], segment_state, vocab_size, max_entries)
+        if segment_offsets[-1] > max_entries:
+            raise StateLimitError(f"more than max_transitions={max_entries} token transitions "
+                                  f"({num_states} regex states)")
+        lengths = np.diff(segment_offsets)
+        row_lengths = np.where(live, lengths[np.maximum(segment_of, 0)], 0).sum(axis=1)
+        offsets = np.concatenate([[0], np.cumsum(row_lengths)]).astype(np.int64)
+        if offsets[-1] > max_entries:
+            raise StateLimitError(f"more than max_transitions={max_entries} token transitions "
+                                  f"({num_states} regex states)")
+        tokens, targets = _rows_from_segments(segment_of, segment_offsets, segment_tokens, segment_targets, offsets,
+                                              vocab_size, num_states)
+        return TokenTransitions(offsets, tokens, targets, dfa.accepting.copy(), int(dfa.start))
+
+
+# Rows are built from segments when the [states x first symbols] table of segments stays this small (int64
+# entries); larger DFAs walk the whole trie per state.
+_MAX_SEGMENT_TABLE = 1 << 23
+_MIN_SEGMENT_SHARING = 2  # ... and every segment serves this many (state, subtree) pairs on average
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _walk_segments(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, members, member_bounds,
+                   segment_node, segment_state, vocab_size, max_entries):
+    """Segment k: the tokens of the subtree under the depth-1 node ``segment_node[k]``, read from the state
+    ``segment_state[k]`` that node's symbol leads to, with the states they reach, in trie order. Returns
+    (offsets, tokens, targets), segment k being ``offsets[k]:offsets[k + 1]``; the outputs grow by doubling. Stops
+    once past ``max_entries`` (the last offset then says so)."""
+    capacity = max(1024, 2 * vocab_size)
+    tokens, targets = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
+    offsets = np.zeros(len(segment_node) + 1, dtype=np.int64)
+    state_at = np.empty(int(node_depth.max()) + 1, dtype=np.int64)
+    count = 0
+    for k in range(len(segment_node)):
+        top = segment_node[k]
+        end = subtree_end[top]
+        node = top
+        while node < end:
+            depth = node_depth[node]
+            state = segment_state[k] if node == top else table[state_at[depth - 1], node_byte[node]]
+            if state < 0:
+                node = subtree_end[node]
+                continue
+            state_at[depth] = state
+            for j in range(token_lo[node], token_lo[node + 1]):
+                if len(members) == 0:  # the trie's tokens are the tokens
+                    lo, hi, direct = 0, 1, True
+                else:
+                    lo, hi, direct = member_bounds[node_tokens[j]], member_bounds[node_tokens[j] + 1], False
+                if count + (hi - lo) > capacity:
+                    capacity = 2 * capacity + (hi - lo)
+                    grown_tokens, grown_targets = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
+                    grown_tokens[:count], grown_targets[:count] = tokens[:count], targets[:count]
+                    tokens, targets = grown_tokens, grown_targets
+                for m in range(lo, hi):
+                    tokens[count] = node_tokens[j] if direct else members[m]
+                    targets[count] = state
+                    count += 1
+            node += 1
+        offsets[k + 1] = count
+        if count > max_entries:
+            offsets[k + 1:] = count
+            break
+    return offsets, tokens[:count], targets[:count]
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _rows_from_segments(segment_of, segment_offsets, segment_tokens, segment_targets, offsets, vocab_size,
+                        num_states):
+    """Row q: the segments ``segment_of[q]`` (-1: none) one after another, then sorted by token."""
+    total = offsets[-1]
+    tokens, targets = np.empty(total, np.int32), np.empty(total, np.int32)
+    seen = np.zeros((vocab_size + 31) // 32, dtype=np.uint32)  # _sort_row's scratch
+    target_of = np.empty(vocab_size, dtype=np.int32)
+    for q in range(segment_of.shape[0]):
+        count = offsets[q]
+        for c in range(segment_of.shape[1]):
+            k = segment_of[q, c]
+            if k < 0:
+                continue
+            lo, hi = segment_offsets[k], segment_offsets[k + 1]
+            tokens[count:count + hi - lo] = segment_tokens[lo:hi]
+            targets[count:count + hi - lo] = segment_targets[lo:hi]
+            count += hi - lo
+        _sort_row(tokens, targets, offsets[q], count, seen, target_of, num_states)
+    return tokens, targets
 
 
 _FIRST_CAPACITY_ROWS = 4  # token transitions first try arrays for this many vocabulary-wide rows

@@ -424,20 +424,28 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock():
     assert np.array_equal(out, expected) and second in guide._slot_of
 
 
-@pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)"])
-def test_token_transitions_grouped_by_byte_class_equal_the_byte_walk(pattern, monkeypatch):
-    """Large DFAs walk tokens grouped by byte-class sequence, small ones the byte trie: both give the same rows."""
+@pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)",
+                                     r'"([^"\\\x00-\x1f]|\\["\\nt])*": |(name|age|address)": '])
+def test_token_transitions_by_every_walk_are_equal(pattern, monkeypatch):
+    """Token rows come from one of three walks — the byte trie per state, the trie of byte-class sequences per
+    state, or per (first-symbol subtree, state entered) segment, alone or over the class trie — chosen by the
+    DFA's shape: all give the same rows."""
     from product import token_regex
     from product.guide import vocabulary_trie
 
     trie, dfa = vocabulary_trie(automaton_of("gpt2")), from_regex(pattern)
+    monkeypatch.setattr(token_regex, "_GROUPING_MAX_CLASSES", 256)
     built = {}
-    for name, threshold in (("grouped", 0), ("plain", 10**9)):
-        monkeypatch.setattr(token_regex, "_GROUPING_MIN_EDGES", threshold)
+    for name, grouping_edges, segment_table in (("plain", 10**9, 0), ("grouped", 0, 0), ("segments", 10**9, 1 << 30),
+                                                ("grouped segments", 0, 1 << 30)):
+        monkeypatch.setattr(token_regex, "_GROUPING_MIN_EDGES", grouping_edges)
+        monkeypatch.setattr(token_regex, "_MAX_SEGMENT_TABLE", segment_table)
+        monkeypatch.setattr(token_regex, "_MIN_SEGMENT_SHARING", 1.0 if "segments" in name else 10**9)
         built[name] = token_regex.TokenTransitions.build(dfa, trie)
     assert len(built["plain"].tokens) > 0
-    for field in ("offsets", "tokens", "targets"):
-        assert np.array_equal(getattr(built["grouped"], field), getattr(built["plain"], field)), field
+    for name, transitions in built.items():
+        for field in ("offsets", "tokens", "targets"):
+            assert np.array_equal(getattr(transitions, field), getattr(built["plain"], field)), (name, field)
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama3"])

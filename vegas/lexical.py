@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from functools import lru_cache
 
 from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 
 __all__ = ["integer_regex", "number_regex", "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe",
-           "format_regex", "repeat", "integral_bound",
+           "format_regex", "repeat", "number_bound",
            "pattern_regex", "YAML_SPECIAL_WORDS", "FORMATS"]
 
 # ---- numbers ---------------------------------------------------------------------------------------------------
@@ -95,30 +96,42 @@ def integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 
-def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: bool = False,
+def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = None, *, lo_exclusive: bool = False,
                  hi_exclusive: bool = False, style: str = "json") -> str | None:
-    """Numbers (integers or floats) as written, within integer bounds (None: unbounded).
+    """Numbers (integers or floats) as written, within bounds (None: unbounded; ``number_bound`` reads them).
 
-    A text ``n`` or ``n.f`` (f non-zero, so integral values have one text) stands for a value in [n, n+1); bounds on integers decide which integer
-    parts may carry a fraction. Exponent forms are values below 1e-4 or from 1e16 in magnitude, kept where the
-    bounds admit all of them. YAML writes a dot in every exponent form's mantissa (``1.0e+16``: YAML 1.1 readers
-    read ``1e+16`` as a string)."""
-    lo_int = None if lo is None else lo + (1 if lo_exclusive else 0)  # integers admitted
-    hi_int = None if hi is None else hi - (1 if hi_exclusive else 0)
+    A text ``n`` is the integer n; ``n.F`` (F not ending in 0, so integral values have one text) is a value in
+    (n, n + 1), and ``-n.F`` one in (-(n + 1), -n). The integers admitted come from ``integer_regex``; for
+    ``n.F``, every n strictly inside the bounds takes any fraction, and the integer part of a fractional bound
+    takes the fractions on the admitted side of the bound's own digits (``_fraction``, digit by digit).
+    ``lo_exclusive``/``hi_exclusive`` apply to integral bounds (``number_bound`` turns a fractional exclusive
+    bound into the next float inward, inclusive). Exponent forms are values below 1e-4 or from 1e16 in
+    magnitude, kept where the bounds admit all of them; a fractional bound between -1e-4 and 1e-4 (it would
+    split them) raises ``ValueError``. YAML writes a dot in every exponent form's mantissa (``1.0e+16``: YAML 1.1
+    readers read ``1e+16`` as a string).
+
+    Comparing the written decimal with the bound's ``repr`` decides exactly for every text ``repr`` writes, and
+    never admits a text whose float is out of bounds (rounding a decimal to a float is monotone)."""
+    lo = None if lo is None else Decimal(lo)
+    hi = None if hi is None else Decimal(hi)
+    for bound in (lo, hi):
+        if bound is not None and 0 < abs(bound) < _SMALL:
+            raise ValueError(f"a bound of {bound} splits the numbers written with an exponent (below 1e-4)")
+    lo_int = None if lo is None else math.ceil(lo) + (1 if lo_exclusive and lo == math.ceil(lo) else 0)
+    hi_int = None if hi is None else math.floor(hi) - (1 if hi_exclusive and hi == math.floor(hi) else 0)
     parts = []
     whole = integer_regex(lo_int, hi_int)
     if whole:
         parts.append(whole)
-    # n.f with f > 0: n >= 0 needs lo <= n and n + 1 <= hi; -(n.f) needs -(n + 1) >= lo and -n <= hi.
-    pos = _naturals(max(0, lo) if lo is not None else 0, None if hi is None else hi - 1)
-    if pos:
-        parts.append(f"{pos}\\.([0-9]*[1-9])")
-    neg = _naturals(max(0, -hi) if hi is not None else 0, None if lo is None else -lo - 1)
-    if neg:
-        parts.append(f"-{neg}\\.([0-9]*[1-9])")
+    positive = _decimals(lo, hi)  # n.F within [lo, hi]
+    if positive:
+        parts.append(positive)
+    negative = _decimals(None if hi is None else -hi, None if lo is None else -lo)  # -n.F: n.F in [-hi, -lo]
+    if negative:
+        parts.append("-" + negative)
     mantissa = r"[1-9]\.([0-9]*[1-9]|0)" if style == "yaml" else r"[1-9](\.[0-9]*[1-9])?"
-    small_pos = (lo is None or lo < 0 or (lo == 0)) and (hi is None or hi >= 1)
-    small_neg = (hi is None or hi > 0 or (hi == 0)) and (lo is None or lo <= -1)
+    small_pos = (lo is None or lo <= 0) and (hi is None or hi >= _SMALL)
+    small_neg = (hi is None or hi >= 0) and (lo is None or lo <= -_SMALL)
     big_pos, big_neg = hi is None and (lo is None or lo < 10 ** 16), lo is None and (hi is None or hi > -10 ** 16)
     for sign, exponent, admitted in (("", _SMALL_EXPONENT, small_pos), ("-", _SMALL_EXPONENT, small_neg),
                                      ("", _BIG_EXPONENT, big_pos), ("-", _BIG_EXPONENT, big_neg)):
@@ -129,14 +142,78 @@ def number_regex(lo: int | None = None, hi: int | None = None, *, lo_exclusive: 
     return "(" + "|".join(parts) + ")"
 
 
-def integral_bound(value, keyword: str, pointer: str) -> int:
-    """A numeric bound as an integer, or UnsupportedSchemaError for a fractional bound on a number."""
+_SMALL = Decimal("0.0001")  # repr writes an exponent below this magnitude
+
+
+def _split(bound: Decimal) -> tuple[int, str]:
+    """A bound's integer part (floor) and the digits of its fractional part ('' when integral)."""
+    floor = math.floor(bound)
+    return floor, format(bound - floor, "f").partition(".")[2].rstrip("0")
+
+
+def _decimals(lo: Decimal | None, hi: Decimal | None) -> str | None:
+    """Texts ``n.F`` (n >= 0, F not ending in 0) whose value is in [lo, hi] (None: unbounded)."""
+    a, f = _split(lo) if lo is not None else (-1, "")
+    b, g = _split(hi) if hi is not None else (None, None)
+    if b is not None and b < 0:
+        return None
+    parts = []
+    # every fraction: n above the lower bound's integer part (or at it, when that bound is integral), below b
+    every = _naturals(max(0, a + 1 if f else a), None if b is None else b - 1)
+    if every:
+        parts.append(every + r"\.[0-9]*[1-9]")
+    for n in sorted({a, b} - {None}):  # the bounds' own integer parts, where only some fractions are inside
+        if n < 0 or n < a or (b is not None and n > b):
+            continue
+        lower = f if n == a else ""
+        upper = g if n == b else None
+        if not lower and upper is None:
+            continue  # every fraction: counted above
+        fraction = _fraction(lower, upper, False)
+        if fraction is not None:
+            parts.append(f"{n}\\.{fraction}")
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def _fraction(lower: str, upper: str | None, nonzero_before: bool) -> str | None:
+    """Digit strings T that end a fraction (the fraction ends in 1-9: T may be empty only after a digit that is
+    not 0) with 0.T >= 0.lower and, unless ``upper`` is None, 0.T <= 0.upper; None if there are none. A first
+    digit strictly between the bounds' first digits leaves the rest free; one equal to a bound's first digit
+    carries that bound on to the rest."""
+    if upper == "":  # 0.T <= 0: T is empty
+        return "" if nonzero_before and not lower else None
+    alts = [""] if nonzero_before and not lower else []
+    low = int(lower[0]) if lower else -1  # digits above ``low`` and below ``high`` are free
+    high = int(upper[0]) if upper is not None else 10
+    free = range(max(low + 1, 0), min(high, 10))
+    if 0 in free:
+        alts.append("0[0-9]*[1-9]")
+    nonzero = [d for d in free if d >= 1]
+    if nonzero:
+        digit = str(nonzero[0]) if len(nonzero) == 1 else f"[{nonzero[0]}-{nonzero[-1]}]"
+        alts.append(digit + "([0-9]*[1-9])?")
+    for d in sorted({low, high} & set(range(max(low, 0), min(high, 9) + 1))):  # (none if low > high)
+        rest = _fraction(lower[1:] if d == low else "", upper[1:] if d == high else None, d != 0)
+        if rest is not None:
+            alts.append(f"{d}{rest}")
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+
+
+def number_bound(value, keyword: str, pointer: str, *, exclusive: bool, upper: bool) -> tuple[Decimal, bool]:
+    """A ``minimum``/``maximum``/``exclusive*`` value as an exact decimal and whether it is exclusive. A
+    fractional bound is its float's ``repr`` (the float a validator compares with); an exclusive one becomes the
+    next float inward, inclusive (over floats, x > b iff x >= nextafter(b, +inf))."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SchemaError(f"{keyword} must be a finite number, not {value!r}", keyword=keyword, pointer=pointer)
-    if value != int(value):
-        raise UnsupportedSchemaError(f"{keyword}: {value} (only integer bounds are supported for numbers)",
-                                     keyword=keyword, pointer=pointer)
-    return int(value)
+    if value == int(value):
+        return Decimal(int(value)), exclusive
+    if exclusive:
+        value, exclusive = math.nextafter(value, -math.inf if upper else math.inf), False
+    return Decimal(repr(float(value))), exclusive
 
 
 # ---- strings ---------------------------------------------------------------------------------------------------

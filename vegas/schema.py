@@ -449,15 +449,19 @@ class Compiler:
                     (math.ceil(value) + (exclusive and value == math.ceil(value)))
                 exclusive = False
             else:
-                bound = lexical.integral_bound(value, keyword, p)
+                bound, exclusive = lexical.number_bound(value, keyword, p, exclusive=exclusive, upper=upper)
             if upper and (hi is None or bound < hi or (bound == hi and exclusive)):
-                hi, hi_x = bound, exclusive
+                hi, hi_x, hi_keyword = bound, exclusive, keyword
             if not upper and (lo is None or bound > lo or (bound == lo and exclusive)):
-                lo, lo_x = bound, exclusive
+                lo, lo_x, lo_keyword = bound, exclusive, keyword
         if type_ == "integer":
             regex = lexical.integer_regex(lo, hi)
         else:
-            regex = lexical.number_regex(lo, hi, lo_exclusive=lo_x, hi_exclusive=hi_x, style=self.style)
+            try:
+                regex = lexical.number_regex(lo, hi, lo_exclusive=lo_x, hi_exclusive=hi_x, style=self.style)
+            except ValueError as exc:  # a fractional bound within 1e-4 of zero
+                keyword = lo_keyword if lo is not None and 0 < abs(lo) < 1 else hi_keyword
+                raise UnsupportedSchemaError(str(exc), keyword=keyword, pointer=p) from None
         return None if regex is None else lead + self.leaf(regex)
 
     def _string(self, s: dict, p: str, lead: str) -> str | None:
