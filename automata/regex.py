@@ -1,6 +1,7 @@
 """Regular expression -> DFA over an explicit alphabet.
 
-interegular parses the pattern; ``automata.glushkov`` turns the parse tree into a DFA whose symbols are
+``automata.parse`` reads the syntax canonmerge writes itself, interegular every other pattern, into interegular's
+parse tree; ``automata.glushkov`` turns the parse tree into a DFA whose symbols are
 *classes* of characters (all characters behaving the same in every state share one class, and
 ``anything_else`` stands for every character the pattern never names). Patterns with lookaheads go through
 interegular's own FSM construction instead, which gives the same kind of DFA. We expand those classes onto the
@@ -28,7 +29,7 @@ import numpy as np
 from interegular.fsm import anything_else
 from interegular.patterns import InvalidSyntax, Unsupported
 
-from automata import glushkov
+from automata import glushkov, parse
 from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
 
@@ -111,7 +112,7 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
 def _char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
     """The character-class DFA of ``pattern`` (``glushkov``, or interegular's construction for lookaheads)."""
     try:
-        tree = interegular.parse_pattern(pattern)
+        tree = parse.read(pattern) or interegular.parse_pattern(pattern)
         return glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
     except (InvalidSyntax, Unsupported) as exc:
         raise RegexError(f"regex {pattern!r}: {type(exc).__name__}: {str(exc) or 'invalid syntax'}") from None

@@ -278,3 +278,43 @@ def test_lookaheads_use_interegulars_construction():
 def test_repetition_bounds_out_of_order_are_a_regex_error():
     with pytest.raises(RegexError, match=r"minimum exceeds the maximum"):
         from_regex(r"a{3,1}")
+
+
+# ---- the fast reader (automata.parse) against interegular's parser --------------------------------------------
+
+_READER_PATTERNS = [p for p in EQUIVALENCE_PATTERNS if not re.search(r"\(\?[^:]", p)] + [
+    r'\ (?:"(([^\x00-\x1f"\\]|\\(["\\bfnrt]|u00(0[0-7bef]|1[0-9a-f]))))*")(?:,' + "\udc01" + r"|\}" + "\udc00)",
+    r"[\d\s_-]+[^\W]*\W{2}", r"[a\-z]", r"[-a]", r"[a-]", r"[]a", r"[^]", r"[\b]x", r"\x41\x7e+?", r"a{3}?b{2,}?c*?",
+    r"\.\*\+\?\(\)\[\]\{\}\|\\\/", r"}", r"a|(b|(c|))", "[\u00e9-\u00ff]\U0001f600", r"\t\n\r\f\v\a",
+]
+# Syntax the reader leaves to interegular (which implements it, or raises its own error)
+_LEFT_TO_INTEREGULAR = [r"a(?=b)", r"(?i)a", r"(?P<n>a)", r"^a$", r"\1", r"\012", r"a{,3}", r"a{", r"a**", r"\u0041",
+                        r"\p{L}", r"\bx", r"[\8]", r"\q", r"(a", r"a)", "\\", r"[z-a]", r"[\d-z]"]
+
+
+@pytest.mark.parametrize("pattern", _READER_PATTERNS)
+def test_reader_builds_interegulars_tree(pattern):
+    """On the syntax canonmerge writes, ``automata.parse.read`` gives interegular's own parse tree (interegular
+    simplifies its tree after parsing; the reader's, simplified, is the same)."""
+    from automata import parse
+
+    tree = parse.read(pattern)
+    assert tree is not None and tree.simplify() == interegular.parse_pattern(pattern)
+    assert parse.read(pattern).simplify() == tree.simplify()  # the class cache gives the same groups
+
+
+@pytest.mark.parametrize("pattern", _LEFT_TO_INTEREGULAR)
+def test_reader_leaves_other_syntax_to_interegular(pattern):
+    from automata import parse
+
+    assert parse.read(pattern) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(pattern=st.recursive(st.sampled_from(["a", "b", ".", "[ab]", "[^a]", "[^\\s\\S]", "\\d", "é", "[\\x00-\\x1f\"]",
+                                             "\\\\", "\\.", "[a-c\\-]", "\\W", "x{2}", "[^\\d_]"]),
+                            _regex, max_leaves=8))
+def test_reader_agrees_with_interegular_on_random_regexes(pattern):
+    from automata import parse
+
+    assert parse.read(pattern).simplify() == interegular.parse_pattern(pattern)

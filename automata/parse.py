@@ -1,0 +1,189 @@
+"""A fast reader for the regex syntax canonmerge writes itself, giving interegular's parse tree.
+
+interegular's parser is a general combinator parser: ~20 µs per character, so the 4k-character regex of a JSON
+key set took 85 ms to read before its automaton (a few ms) was built, and reading a schema's skeleton was most of
+a warm schema compile. The regexes ``vegas`` and ``product.stitched`` write use a small part of the syntax:
+literal characters, escapes of punctuation, ``\\xHH``, the class escapes ``\\d \\w \\s \\D \\W \\S`` and the
+control escapes, ``.``, character classes with ranges and negation, groups ``(...)`` and ``(?:...)``,
+alternation, and the quantifiers ``* + ? {n} {n,} {n,m}`` (lazy or not: same language).
+
+``read`` builds exactly the tree interegular's ``parse_pattern`` builds for such a pattern (the tests compare
+the trees), one pass with no backtracking, and returns None at anything else — lookarounds, flags, anchors,
+octal and back-references, ``{`` that opens no quantifier, a malformed pattern — so the caller parses those with
+interegular, which implements them or raises its own errors.
+
+Leaves out on purpose: everything interegular's tree can say that canonmerge never writes.
+"""
+
+from __future__ import annotations
+
+from interegular.patterns import _CHAR_GROUPS, _DOT, Pattern, _CharGroup, _Concatenation, _Repeated
+
+__all__ = ["read"]
+
+_SPECIAL = frozenset("+?*.$^\\()[|")  # not literal outside a class (as interegular)
+_RESERVED = frozenset("NpPuUAZbB")  # escapes interegular refuses or reads otherwise outside a class
+_HEX = frozenset("0123456789abcdefABCDEF")
+_ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+
+
+_CLASSES: dict[str, _CharGroup] = {}  # a class's text (between the brackets) -> its group
+
+
+class _Other(Exception):
+    """Syntax this reader leaves to interegular."""
+
+
+def read(pattern: str) -> Pattern | None:
+    """interegular's parse tree of ``pattern``, or None when the pattern uses syntax this reader leaves out."""
+    reader = _Reader(pattern)
+    try:
+        tree = reader.alternation()
+    except (_Other, IndexError):
+        return None
+    return tree if reader.i == len(pattern) else None
+
+
+def _combine(groups: list[_CharGroup], negate: bool) -> _CharGroup:
+    """A class of several members (interegular's rule: negated members win over positive ones)."""
+    positive = set().union(*(g.chars for g in groups if not g.negated))
+    negative = set().union(*(g.chars for g in groups if g.negated))
+    if negative:
+        return _CharGroup(frozenset(negative - positive), not negate)
+    return _CharGroup(frozenset(positive - negative), negate)
+
+
+class _Reader:
+    def __init__(self, pattern: str):
+        self.s, self.i = pattern, 0
+
+    def alternation(self) -> Pattern:
+        options = [self.concatenation()]
+        while self.i < len(self.s) and self.s[self.i] == "|":
+            self.i += 1
+            options.append(self.concatenation())
+        return Pattern(tuple(options))
+
+    def concatenation(self) -> _Concatenation:
+        s, parts = self.s, []
+        while self.i < len(s) and s[self.i] not in "|)":
+            c = s[self.i]
+            self.i += 1
+            if c == "(":
+                if s.startswith("?:", self.i):
+                    self.i += 2
+                elif s[self.i] == "?":
+                    raise _Other  # lookarounds, flags, named groups
+                inner = self.alternation()
+                if s[self.i] != ")":
+                    raise _Other
+                self.i += 1
+                base = inner
+            elif c == "[":
+                base = self.cached_class()
+            elif c == "\\":
+                base = self.escape(inside_class=False)
+            elif c == ".":
+                base = _DOT
+            elif c in _SPECIAL or c == "{":  # a quantifier with nothing before it, an anchor
+                raise _Other
+            else:
+                base = _CharGroup(frozenset({c}), False)
+            parts.append(self.quantified(base))
+        return _Concatenation(tuple(parts))
+
+    def quantified(self, base):
+        s = self.s
+        if self.i >= len(s) or s[self.i] not in "*+?{":
+            return base
+        c = s[self.i]
+        self.i += 1
+        if c == "*":
+            node = _Repeated(base, 0, None)
+        elif c == "+":
+            node = _Repeated(base, 1, None)
+        elif c == "?":
+            node = _Repeated(base, 0, 1)
+        else:
+            close = s.find("}", self.i)
+            lo, comma, hi = s[self.i:close].partition(",")
+            if close < 0 or not lo.isdecimal() or (hi and not hi.isdecimal()) or not lo.isascii() \
+                    or not hi.isascii():
+                raise _Other  # {,n} and a literal '{' are left to interegular
+            self.i = close + 1
+            node = _Repeated(base, int(lo), (int(hi) if hi else None) if comma else int(lo))
+        if self.i < len(s) and s[self.i] == "?":  # lazy: the same language
+            self.i += 1
+        if self.i < len(s) and s[self.i] in "*+?{":
+            raise _Other  # a quantifier on a quantifier: interegular's syntax error
+        return node
+
+    def cached_class(self) -> _CharGroup:
+        """The class opening before the cursor: the written regexes repeat a few classes thousands of times (a
+        string's characters, its escapes), so each class text is read once per process."""
+        s, end = self.s, self.i
+        while s[end] != "]":
+            end += 2 if s[end] == "\\" else 1
+        text = s[self.i:end]
+        group = _CLASSES.get(text)
+        if group is None:
+            group = self.char_class()
+            if len(_CLASSES) >= 4096:
+                _CLASSES.clear()
+            _CLASSES[text] = group
+        self.i = end + 1
+        return group
+
+    def char_class(self) -> _CharGroup:
+        s = self.s
+        negate = s[self.i] == "^"
+        if negate:
+            self.i += 1
+        members = []
+        while s[self.i] != "]":
+            low = self.class_member()
+            if s[self.i] == "-":
+                if s[self.i + 1] == "]":  # a trailing '-' is literal
+                    self.i += 1
+                    members.append(_combine([low, _CharGroup(frozenset("-"), False)], False))
+                    continue
+                self.i += 1
+                high = self.class_member()
+                if len(low.chars) != 1 or len(high.chars) != 1 or low.negated or high.negated:
+                    raise _Other
+                a, b = ord(next(iter(low.chars))), ord(next(iter(high.chars)))
+                if a > b:
+                    raise _Other
+                members.append(_CharGroup(frozenset(chr(k) for k in range(a, b + 1)), False))
+            else:
+                members.append(low)
+        self.i += 1
+        if len(members) == 1:
+            return _CharGroup(members[0].chars, negate ^ members[0].negated)
+        if not members:
+            return _CharGroup(frozenset(), negate)
+        return _combine(members, negate)
+
+    def class_member(self) -> _CharGroup:
+        c = self.s[self.i]
+        self.i += 1
+        if c == "\\":
+            return self.escape(inside_class=True)
+        return _CharGroup(frozenset({c}), False)
+
+    def escape(self, inside_class: bool) -> _CharGroup:
+        c = self.s[self.i]
+        self.i += 1
+        if c == "x":
+            digits = self.s[self.i:self.i + 2]
+            if len(digits) != 2 or not set(digits) <= _HEX:
+                raise _Other
+            self.i += 2
+            return _CharGroup(frozenset({chr(int(digits, 16))}), False)
+        if c.isdigit() or (c in _RESERVED and not (inside_class and c == "b")):
+            raise _Other  # octal, back-references, \u, \p, anchors: interegular decides
+        if c in _CHAR_GROUPS:
+            return _CHAR_GROUPS[c]
+        if c in _ASCII_LETTERS or c.isalpha():
+            raise _Other  # an unknown letter escape: interegular's syntax error
+        return _CharGroup(frozenset({c}), False)
