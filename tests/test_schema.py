@@ -163,7 +163,13 @@ ONE_OF = {"oneOf": [{"type": "object", "properties": {"kind": {"const": "circle"
                      "required": ["kind", "r"], "additionalProperties": False},
                     {"type": "object", "properties": {"kind": {"const": "square"}, "side": {"type": "number"}},
                      "required": ["kind", "side"], "additionalProperties": False}]}
-SCHEMAS = {"person": PERSON, "function": FUNCTION_CALL, "order": ORDER, "tree": TREE, "oneOf": ONE_OF}
+LABELS = {"type": "object",  # keys by pattern, decimal bounds
+          "properties": {"service": {"type": "string", "maxLength": 20},
+                         "cpus": {"type": "number", "minimum": 0.01, "exclusiveMaximum": 64.5}},
+          "patternProperties": {"^x-[a-z]+$": {"type": "integer", "minimum": 0}, "^[0-9]{2}$": {"type": "boolean"}},
+          "required": ["service", "cpus"], "additionalProperties": False}
+SCHEMAS = {"person": PERSON, "function": FUNCTION_CALL, "order": ORDER, "tree": TREE, "oneOf": ONE_OF,
+           "labels": LABELS}
 
 VALID = {
     "person": [{"name": "Ada Lovelace", "age": 36}, {"name": "Zoë", "age": 0, "nickname": None, "tags": []},
@@ -179,6 +185,8 @@ VALID = {
                "status": None, "gift": True}],
     "tree": [{"value": 1}, {"value": -3, "children": [{"value": 4, "children": []}, {"value": 5}]}],
     "oneOf": [{"kind": "circle", "r": 1.5}, {"kind": "square", "side": 2}],
+    "labels": [{"service": "web", "cpus": 0.01}, {"service": "db", "cpus": 64.4, "x-replicas": 3, "42": True},
+               {"service": "a: b", "cpus": 1, "x-b": 0, "x-c": 7, "00": False}],
 }
 INVALID = {
     "person": [{"name": "", "age": 3}, {"name": "A", "age": -1}, {"name": "A", "age": 151}, {"name": "A"},
@@ -203,6 +211,10 @@ INVALID = {
                "items": [{"sku": "ABC-1", "quantity": 1, "price": 1}], "status": "lost"}],
     "tree": [{"value": 1.5}, {"children": []}, {"value": 1, "children": [{"value": "2"}]}],
     "oneOf": [{"kind": "circle", "side": 2}, {"kind": "triangle", "r": 1}, {"kind": "square", "side": "2"}],
+    "labels": [{"service": "web", "cpus": 0.0099}, {"service": "web", "cpus": 64.5},
+               {"service": "web", "cpus": 1, "x-replicas": -1}, {"service": "web", "cpus": 1, "x-Up": 1},
+               {"service": "web", "cpus": 1, "123": True}, {"service": "web", "cpus": 1, "other": 1},
+               {"service": "web", "cpus": 1, "42": "yes"}],
 }
 
 
@@ -271,6 +283,13 @@ def test_bad_schemas_get_typed_errors_naming_keyword_and_pointer():
         ({"type": "integer", "multipleOf": 3}, UnsupportedSchemaError, "multipleOf", "#"),
         ({"type": "number", "minimum": 0.00005}, UnsupportedSchemaError, "minimum", "#"),
         ({"type": "wat"}, SchemaError, "type", "#"),
+        ({"type": "object", "patternProperties": {"^a": {"type": "string"}}}, UnsupportedSchemaError,
+         "patternProperties", "#"),
+        ({"type": "object", "patternProperties": {"^a": {}, "b$": {}}, "additionalProperties": False},
+         UnsupportedSchemaError, "patternProperties", "#"),
+        ({"properties": {"o": {"patternProperties": {"^a": {}}, "properties": {"ab": {}},
+                               "additionalProperties": False}}}, UnsupportedSchemaError, "patternProperties",
+         "#/properties/o"),
         ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, UnsupportedSchemaError, "oneOf", "#"),
     ]
     for schema, error, keyword, pointer in cases:
@@ -302,7 +321,7 @@ def test_schemas_come_as_dicts_json_strings_or_model_classes():
 @pytest.mark.parametrize("tokenizer", ["gpt2", "llama3", "mistral", "qwen3", "smollm2"])
 def test_guides_accept_the_runtime_encoding_of_valid_instances_only(tokenizer, style):
     canonical, runtime = automaton_of(tokenizer), runtime_of(tokenizer)
-    for name in ("function", "oneOf", "tree"):
+    for name in ("function", "oneOf", "tree", "labels"):
         guide = vegas.compile_schema(SCHEMAS[name], canonical, style=style)
         for instance in VALID[name] + INVALID[name]:
             text = format_instance(instance, SCHEMAS[name], style=style)

@@ -29,10 +29,13 @@ never validates: an invalid instance gets a text too, which the schema's guide r
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
 from vegas.charset import escape_of
+from automata.errors import CanonmergeError
+from vegas import lexical
 from vegas.lexical import is_plain_safe
 
 __all__ = ["format_instance", "write_value", "write_key"]
@@ -174,12 +177,44 @@ class _Writer:
             order = [k for k in props if k in value] + [k for k in value if k not in props]
             parts = []
             for name in order:
-                sub, where = (props[name], f"{alt.pointer}/properties/{name}") if name in props else \
-                    (additional, f"{alt.pointer}/additionalProperties")
+                pattern = None if name in props else pattern_property(s, str(name), style)
+                if name in props:
+                    sub, where = props[name], f"{alt.pointer}/properties/{name}"
+                elif pattern is not None:
+                    sub, where = s["patternProperties"][pattern], f"{alt.pointer}/patternProperties/{pattern}"
+                else:
+                    sub, where = additional, f"{alt.pointer}/additionalProperties"
                 parts.append(write_key(str(name), style, declared=name in props) +
                              self.write(value[name], sub, where, inner, alt.stack))
             return _collection(parts, "{", "}", style, pos)
         return _scalar(value, style, lead)
+
+
+def written_key_matches(key_body: str, name: str, style: str) -> bool:
+    """Whether ``name``, written as an other (quoted) key, is in the written-key regex ``key_body``."""
+    text = write_key(name, style, declared=False)
+    return _fullmatch(key_body, text[1:text.rindex('"')])
+
+
+@functools.lru_cache(maxsize=1024)
+def _compiled(regex: str):
+    return re.compile(regex)
+
+
+def _fullmatch(regex: str, text: str) -> bool:
+    return _compiled(regex).fullmatch(text) is not None
+
+
+def pattern_property(schema: dict, name: str, style: str):
+    """The pattern of ``schema``'s ``patternProperties`` that the key ``name`` matches, or None."""
+    for pattern in schema.get("patternProperties", {}):
+        try:
+            key_body = lexical.pattern_regex(pattern, style, "#")
+        except CanonmergeError:
+            continue
+        if written_key_matches(key_body, name, style):
+            return pattern
+    return None
 
 
 def format_instance(instance, schema, *, style: str = "json", strict: bool = False, max_recursion: int = 3,

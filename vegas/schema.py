@@ -33,7 +33,8 @@ from urllib.parse import unquote
 from vegas import lexical
 from vegas.charset import ANY, CharSet, escape_of, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
-from vegas.layout import write_key, write_value
+from automata import EmptyLanguageError, from_regex
+from vegas.layout import written_key_matches, write_key, write_value
 
 __all__ = ["schema_regex", "Position", "TOP"]
 
@@ -45,14 +46,14 @@ _ANNOTATIONS = {"title", "description", "default", "examples", "example", "$sche
                 "readOnly", "writeOnly", "deprecated", "$anchor", "contentMediaType", "contentEncoding",
                 "contentSchema", "discriminator", "$defs", "definitions", "$vocabulary", "xml", "externalDocs"}
 _UNSUPPORTED = {"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-                "patternProperties", "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
+                "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
                 "minContains", "maxContains", "multipleOf", "unevaluatedProperties", "unevaluatedItems",
                 "$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"}
 _BY_TYPE = {
     "string": {"minLength", "maxLength", "pattern", "format"},
     "number": {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"},
     "array": {"items", "prefixItems", "additionalItems", "minItems", "maxItems"},
-    "object": {"properties", "required", "additionalProperties"},
+    "object": {"properties", "required", "additionalProperties", "patternProperties"},
 }
 _BY_TYPE["integer"] = _BY_TYPE["number"]
 
@@ -280,6 +281,11 @@ class Compiler:
         merged.pop("type", None)
         merged.pop("nullable", None)
         where = b.pointer
+        for x, y, at in ((sa, sb, b.pointer), (sb, sa, a.pointer)):
+            if x.get("patternProperties") and any(k in y for k in ("properties", "additionalProperties",
+                                                                     "patternProperties")):
+                raise UnsupportedSchemaError("allOf/anyOf combining patternProperties with other property keywords",
+                                             keyword="patternProperties", pointer=at)
         for key, value in sb.items():
             if key in ("type", "nullable", "properties", "additionalProperties") or key in _ANNOTATIONS:
                 continue
@@ -555,7 +561,16 @@ class Compiler:
                 continue
             entries.append((literal(write_key(name, self.style)) + value, name in required))
         extra = None
-        if additional is not False:
+        patterns = self._patterns(s, p, list(props), additional)
+        if patterns:
+            extras = []
+            for pattern, key_body in patterns:
+                value = self.value(s["patternProperties"][pattern],
+                                   f"{p}/patternProperties/{_escape_pointer(pattern)}", inner, alt.stack)
+                if value is not None:
+                    extras.append(self.leaf(f'"{key_body}"') + (": " if self.style == "json" else ":") + value)
+            extra = _union(extras)
+        elif additional is not False:
             value = self.value(additional, f"{p}/additionalProperties", inner, alt.stack)
             if value is not None:
                 extra = self._other_key(list(props)) + value
@@ -563,6 +578,39 @@ class Compiler:
         if self.style == "json":
             return _union([f"\\{{{body}\\}}" if body else None, "\\{\\}" if empty_ok else None])
         return _union([f"{lead}{body}" if body else None, pos.scalar_lead() + "\\{\\}" if empty_ok else None])
+
+    def _patterns(self, s: dict, p: str, declared: list[str], additional) -> list[tuple[str, str]]:
+        """The ``patternProperties`` an object's other keys follow: (pattern, regex of its written keys), or []
+        when it has none (or none that constrain anything). Exact where every other key matches exactly one
+        pattern: ``additionalProperties: false``, patterns that share no key, and no declared key matching one
+        (whose value would have to satisfy both schemas). Other uses are refused."""
+        patterns = s.get("patternProperties", {})
+        if not isinstance(patterns, dict):
+            raise SchemaError("patternProperties must be an object", keyword="patternProperties", pointer=p)
+        if not patterns:
+            return []
+        if additional is not False:
+            if additional in (True, {}) and all(sub in (True, {}) for sub in patterns.values()):
+                return []  # every key takes any value anyway
+            raise UnsupportedSchemaError("patternProperties beside additionalProperties other than false (the keys "
+                                         "matching no pattern would need the patterns' complement)",
+                                         keyword="patternProperties", pointer=p)
+        written = [(pattern, lexical.pattern_regex(pattern, self.style, f"{p}/patternProperties")) for pattern in patterns]
+        for pattern, key_body in written:
+            for name in declared:
+                if written_key_matches(key_body, name, self.style):
+                    raise UnsupportedSchemaError(f"patternProperties {pattern!r} matches the declared property "
+                                                 f"{name!r}", keyword="patternProperties", pointer=p)
+        for i, (first, first_body) in enumerate(written):
+            for second, second_body in written[i + 1:]:
+                try:
+                    shared = not from_regex(first_body).intersect(from_regex(second_body)).is_empty()
+                except EmptyLanguageError:  # a pattern no written key matches
+                    shared = False
+                if shared:
+                    raise UnsupportedSchemaError(f"patternProperties {first!r} and {second!r} share keys",
+                                                 keyword="patternProperties", pointer=p)
+        return written
 
     def _other_key(self, declared: list[str]) -> str:
         """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
