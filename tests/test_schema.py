@@ -108,6 +108,49 @@ def test_fractional_number_bounds_agree_with_the_validator(lo, hi, keywords, x):
         assert (re.fullmatch(regex, format_instance(x, schema, style=style)) is not None) == valid, (schema, x)
 
 
+_BOUNDED_PATTERNS = ["^[a-zA-Z0-9_\\.]+$", "[0-9a-fA-F]+", "^https?://.+$", "^[0-9a-z-]*$", "^[a-zA-Z]+$", "ab|^c", "x",
+                     "^(a|bc){0,3}d?$", "^$|^(?:\\S+\\s+){0,2}\\S+$"]
+
+
+@settings(max_examples=400)
+@given(st.sampled_from(_BOUNDED_PATTERNS), st.integers(0, 6), st.one_of(st.none(), st.integers(0, 14)),
+       st.one_of(st.text("abcx019.-_:/ hpstAF\"\\é", max_size=16),
+                 st.sampled_from(["http://x", "https://abc.de", "deadbeef", "a b c", "ab", "abcd", "bcbcd", "x"])))
+def test_patterns_with_length_bounds_are_exact(pattern, lo, hi, text):
+    """A ``pattern`` with ``minLength``/``maxLength``: the bound is shared out over the pattern's parts (counted
+    in characters, not in written characters); the regex accepts the written text iff the pattern finds a match
+    and the length is within the bounds (checked with Python's ``re``, which agrees with ECMA-262 here)."""
+    schema = {"type": "string", "pattern": pattern, "minLength": lo, **({} if hi is None else {"maxLength": hi})}
+    valid = re.search(pattern, text) is not None and lo <= len(text) and (hi is None or len(text) <= hi)
+    for style in STYLES:
+        try:
+            regex = schema_regex(schema, style)
+        except SchemaError as empty:
+            assert "no instance" in str(empty) and not valid
+            continue
+        assert (re.fullmatch(regex, format_instance(text, schema, style=style)) is not None) == valid, (schema, text)
+
+
+def test_formats_with_length_bounds_are_exact_or_refused():
+    checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
+    cases = [("uuid", 0, 36, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567"]),
+             ("date", 10, 10, ["2024-02-29"], ["2023-02-29"]),
+             ("ipv4", 0, 9, ["10.0.0.1", "1.2.3.4"], ["192.168.0.1", "10.0.0.256"]),
+             ("ipv6", 0, 15, ["::1", "fe80::1"], ["2001:db8:85a3::8a2e:370:7334", "::g"]),
+             ("uri", 0, 20, ["https://a.b/c", "mailto:x@y"], ["https://example.org/long/path", "no scheme"])]
+    for fmt, lo, hi, valid, invalid in cases:
+        schema = {"type": "string", "format": fmt, "minLength": lo, "maxLength": hi}
+        validator = jsonschema.Draft202012Validator(schema, format_checker=checker)
+        regex = re.compile(schema_regex(schema))
+        for text in valid + invalid:
+            if fmt in checker.checkers:  # (jsonschema checks uri only with an extra package installed)
+                assert validator.is_valid(text) == (text in valid), text
+            assert bool(regex.fullmatch(format_instance(text, schema))) == (text in valid), (fmt, text)
+    with pytest.raises(UnsupportedSchemaError, match="format 'email' with a length bound") as info:
+        schema_regex({"type": "string", "format": "email", "maxLength": 254})
+    assert (info.value.keyword, info.value.pointer) == ("format", "#")
+
+
 # ---- the regex agrees with a validator ------------------------------------------------------------------------
 
 PERSON = {

@@ -28,7 +28,7 @@ from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, liter
 from vegas.errors import SchemaError, UnsupportedSchemaError
 
 __all__ = ["integer_regex", "number_regex", "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe",
-           "format_regex", "repeat", "number_bound",
+           "format_regex", "format_body", "repeat", "number_bound",
            "pattern_regex", "YAML_SPECIAL_WORDS", "FORMATS"]
 
 # ---- numbers ---------------------------------------------------------------------------------------------------
@@ -341,23 +341,27 @@ _QUANTIFIER = re.compile(r"\{[0-9]+(,[0-9]*)?\}")
 _CHAR_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0"}
 
 
-class _Pattern:
-    """A recursive-descent reader of an ECMA-262 regex that rewrites every character atom as the regex of its
-    written form (``spelled``) and keeps the structure (groups, alternation, quantifiers). Lookaround,
-    backreferences, word boundaries and anchors inside groups are refused."""
+# The reader builds a small tree — ("set", CharSet), ("seq", parts), ("alt", options), ("rep", node, lo, hi) — so
+# that a length bound can be applied to it (``_bounded``) before it is written out (``_spell``).
 
-    def __init__(self, source: str, style: str, pointer: str):
-        self.src, self.i, self.style, self.pointer = source, 0, style, pointer
+class _Pattern:
+    """A recursive-descent reader of an ECMA-262 regex into the tree above (character atoms as sets of decoded
+    characters; groups, alternation, quantifiers kept). Lookaround, backreferences, word boundaries and anchors
+    inside groups are refused."""
+
+    def __init__(self, source: str, pointer: str, keyword: str = "pattern"):
+        self.src, self.i, self.pointer, self.keyword = source, 0, pointer, keyword
 
     def fail(self, why: str, unsupported: bool = False):
         cls = UnsupportedSchemaError if unsupported else SchemaError
-        raise cls(f"pattern {self.src!r}: {why} (at offset {self.i})", keyword="pattern", pointer=self.pointer)
+        raise cls(f"{self.keyword} {self.src!r}: {why} (at offset {self.i})", keyword=self.keyword,
+                  pointer=self.pointer)
 
     def peek(self) -> str:
         return self.src[self.i] if self.i < len(self.src) else ""
 
-    def alternatives(self, top: bool) -> list[tuple[bool, str, bool]]:
-        """(anchored at start, body, anchored at end) per alternative."""
+    def alternatives(self, top: bool) -> list[tuple[bool, tuple, bool]]:
+        """(anchored at start, tree, anchored at end) per alternative."""
         alts = []
         while True:
             start = end = False
@@ -371,20 +375,20 @@ class _Pattern:
                 return alts
             self.i += 1
 
-    def sequence(self, top: bool) -> tuple[str, bool]:
+    def sequence(self, top: bool) -> tuple[tuple, bool]:
         out = []
         while self.i < len(self.src) and self.peek() not in "|)":
             if self.peek() == "$":
                 self.i += 1
                 if self.i < len(self.src) and self.peek() not in "|)" or not top:
                     self.fail("'$' before the end of the pattern", unsupported=True)
-                return "".join(out), True
+                return ("seq", tuple(out)), True
             if self.peek() == "^":
                 self.fail("'^' after the start of the pattern", unsupported=True)
             out.append(self.quantified(self.atom()))
-        return "".join(out), False
+        return ("seq", tuple(out)), False
 
-    def atom(self) -> str:
+    def atom(self) -> tuple:
         c = self.peek()
         if c == "(":
             self.i += 1
@@ -401,41 +405,45 @@ class _Pattern:
             if self.peek() != ")":
                 self.fail("missing ')'")
             self.i += 1
-            return "(" + "|".join(body for _, body, _ in alts) + ")"
+            return ("alt", tuple(body for _, body, _ in alts))
         if c == "[":
-            return spelled(self.char_class(), self.style)
+            return ("set", self.char_class())
         if c == ".":
             self.i += 1
-            return spelled(~_LINE_TERMINATORS, self.style)
+            return ("set", ~_LINE_TERMINATORS)
         if c == "\\":
-            return spelled(self.escape(in_class=False), self.style)
+            return ("set", self.escape(in_class=False))
         if c in "*+?" or (c == "{" and self._quantifier()):
             self.fail(f"nothing to repeat before {c!r}")
         if c == ")":
             self.fail("unbalanced ')'")
         self.i += 1
-        return spelled(CharSet.chars(c), self.style)
+        return ("set", CharSet.chars(c))
 
     def _quantifier(self) -> str:
         """``{n}``, ``{n,}`` or ``{n,m}`` at the cursor ('' if none: then ``{`` is a literal, as in ECMA)."""
         found = _QUANTIFIER.match(self.src, self.i)
         return found.group(0) if found else ""
 
-    def quantified(self, atom: str) -> str:
+    def quantified(self, atom: tuple) -> tuple:
         c = self.peek()
         if c and c in "*+?":
             self.i += 1
-            q = c
+            lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[c]
         elif c == "{" and self._quantifier():
             q = self._quantifier()
             self.i += len(q)
+            low, comma, high = q[1:-1].partition(",")
+            lo, hi = int(low), (int(high) if high else None) if comma else int(low)
+            if hi is not None and hi < lo:
+                self.fail(f"quantifier {q}: the minimum exceeds the maximum")
         else:
             return atom
         if self.peek() == "?":  # lazy: same language
             self.i += 1
         if self.peek() in ("*", "+", "?") or (self.peek() == "{" and self._quantifier()):
             self.fail("nested quantifier")
-        return f"({atom}){q}"
+        return ("rep", atom, lo, hi)
 
     def escape(self, in_class: bool) -> CharSet:
         self.i += 1
@@ -506,15 +514,150 @@ class _Pattern:
         return CharSet.chars(c)
 
 
-def pattern_regex(pattern: str, style: str, pointer: str) -> str:
-    """The written characters (inside double quotes) of every string in which ``pattern`` finds a match
-    (JSON Schema's ``pattern`` is an unanchored ECMA-262 search: ``abc`` means "contains abc")."""
+def _read(pattern: str, pointer: str, keyword: str = "pattern") -> tuple:
+    """The tree of every string in which ``pattern`` finds a match (an unanchored ECMA-262 search: ``abc`` means
+    "contains abc"; an alternative anchored at neither end gets any text around it)."""
     if not isinstance(pattern, str):
-        raise SchemaError(f"pattern must be a string, not {pattern!r}", keyword="pattern", pointer=pointer)
-    reader = _Pattern(pattern, style, pointer)
+        raise SchemaError(f"{keyword} must be a string, not {pattern!r}", keyword=keyword, pointer=pointer)
+    reader = _Pattern(pattern, pointer, keyword)
     alts = reader.alternatives(top=True)
     if reader.i != len(pattern):
         reader.fail("unbalanced ')'")
-    any_ = f"({spelled(ANY, style)})*"
-    return "(" + "|".join(("" if start else any_) + f"({body})" + ("" if end else any_)
-                          for start, body, end in alts) + ")"
+    around = ("rep", ("set", ANY), 0, None)
+    return ("alt", tuple(("seq", (() if start else (around,)) + (body,) + (() if end else (around,)))
+                         for start, body, end in alts))
+
+
+def _spell(node: tuple, style: str) -> str:
+    """The regex of a tree's strings as written (each character in its written form)."""
+    kind = node[0]
+    if kind == "set":
+        return spelled(node[1], style)
+    if kind == "seq":
+        return "".join(_spell(part, style) for part in node[1])
+    if kind == "alt":
+        return "(" + "|".join(_spell(option, style) for option in node[1]) + ")"
+    _, inner, lo, hi = node
+    if lo == hi and lo <= 1:
+        return _spell(inner, style) if lo else ""
+    q = "*" if (lo, hi) == (0, None) else "+" if (lo, hi) == (1, None) else "?" if (lo, hi) == (0, 1) else \
+        f"{{{lo}}}" if lo == hi else f"{{{lo},}}" if hi is None else f"{{{lo},{hi}}}"
+    return f"({_spell(inner, style)}){q}"
+
+
+def _lengths(node: tuple) -> tuple[int, int | None]:
+    """The fewest and most characters of a tree's strings (None: unbounded). An empty class counts as one
+    character: it only makes lengths looser, never excludes a string."""
+    kind = node[0]
+    if kind == "set":
+        return 1, 1
+    if kind == "seq":
+        parts = [_lengths(p) for p in node[1]]
+        return sum(a for a, _ in parts), (None if any(b is None for _, b in parts) else sum(b for _, b in parts))
+    if kind == "alt":
+        parts = [_lengths(p) for p in node[1]]
+        return min(a for a, _ in parts), (None if any(b is None for _, b in parts) else max(b for _, b in parts))
+    _, inner, lo, hi = node
+    a, b = _lengths(inner)
+    return a * lo, (None if hi is None or (b is None and hi > 0) else (b or 0) * hi)
+
+
+_MAX_SPLITS = 256  # ways to share a length bound out among a sequence's parts, tried one by one
+
+
+class _Unbounded(Exception):
+    """A length bound this writer cannot apply exactly (several parts would share an open-ended count)."""
+
+
+def _bounded(node: tuple, lo: int, hi: int | None, budget: list | None = None) -> tuple | None:
+    """The tree of the strings of ``node`` with lo..hi characters (hi None: no upper bound); None if there are
+    none. Exact: a repetition of a fixed-width item takes its count from the bound; a sequence shares the bound
+    out among its parts (one part takes what the others leave; the others' lengths are tried one by one, at
+    most ``_MAX_SPLITS`` ways). Raises ``_Unbounded`` beyond that, or past ``budget[0]`` calls in all."""
+    budget = [20_000] if budget is None else budget
+    budget[0] -= 1
+    if budget[0] < 0:
+        raise _Unbounded
+    a, b = _lengths(node)
+    if a >= lo and (hi is None or (b is not None and b <= hi)):
+        return node
+    if (hi is not None and a > hi) or (b is not None and b < lo):
+        return None
+    kind = node[0]
+    if kind == "alt":
+        options = [o for o in (_bounded(option, lo, hi, budget) for option in node[1]) if o is not None]
+        return ("alt", tuple(options)) if options else None
+    if kind == "rep":
+        _, inner, m, n = node
+        w, w_max = _lengths(inner)
+        if w == w_max and w > 0:  # k copies of a fixed-width item have k * w characters
+            k_lo, k_hi = max(m, -(-lo // w)), (n if hi is None else hi // w if n is None else min(n, hi // w))
+            return None if k_hi is not None and k_lo > k_hi else ("rep", inner, k_lo, k_hi)
+        most = n if n is not None else (None if hi is None or w == 0 else hi // w)
+        if most is None or most - m > _MAX_SPLITS:
+            raise _Unbounded
+        return _bounded(("alt", tuple(("seq", (inner,) * k) for k in range(m, most + 1))), lo, hi, budget)
+    parts = list(node[1])  # a sequence
+    ranges = [_lengths(p) for p in parts]
+    fixed = sum(x for x, y in ranges if x == y)
+    variable = [i for i, (x, y) in enumerate(ranges) if x != y]
+    # each variable part's possible lengths given the others' fewest; the widest one takes what is left
+    slack = None if hi is None else hi - fixed - sum(ranges[i][0] for i in variable)
+    spans = {i: (ranges[i][0], ranges[i][1] if slack is None or ranges[i][1] is not None and
+                 ranges[i][1] <= ranges[i][0] + slack else (None if slack is None else ranges[i][0] + slack))
+             for i in variable}
+    free = max(variable, key=lambda i: (spans[i][1] is None, (spans[i][1] or 0) - spans[i][0]))
+    others = [i for i in variable if i != free]
+    # with no upper bound, an open-ended part is tried at each length below the lower bound, then at "at least it"
+    tops = {i: spans[i][1] if spans[i][1] is not None else max(spans[i][0], lo - fixed) for i in others}
+    splits = 1
+    for i in others:
+        splits *= tops[i] - spans[i][0] + 1
+    if splits > _MAX_SPLITS:
+        raise _Unbounded
+    options = []
+
+    def share(k: int, taken: int, chosen: dict) -> None:
+        if k == len(others):
+            rest = _bounded(parts[free], max(0, lo - fixed - taken), None if hi is None else hi - fixed - taken,
+                            budget)
+            if rest is not None:
+                options.append(("seq", tuple(rest if i == free else chosen.get(i, p) for i, p in enumerate(parts))))
+            return
+        i = others[k]
+        for width in range(spans[i][0], tops[i] + 1):
+            at_least = spans[i][1] is None and width == tops[i]
+            part = _bounded(parts[i], width, None if at_least else width, budget)
+            if part is not None:
+                share(k + 1, taken + width, {**chosen, i: part})
+
+    share(0, 0, {})
+    return ("alt", tuple(options)) if options else None
+
+
+def pattern_regex(pattern: str, style: str, pointer: str, min_length: int = 0, max_length: int | None = None,
+                  keyword: str = "pattern") -> str | None:
+    """The written characters (inside double quotes) of every string in which ``pattern`` finds a match, with
+    ``min_length``..``max_length`` characters (None when no string has; ``UnsupportedSchemaError`` when the
+    bound cannot be applied exactly: ``_bounded``)."""
+    tree = _read(pattern, pointer, keyword)
+    if min_length or max_length is not None:
+        try:
+            tree = _bounded(tree, min_length, max_length)
+        except _Unbounded:
+            raise UnsupportedSchemaError(f"{keyword} {pattern!r} with a length bound ({min_length}..{max_length}): "
+                                         "several open-ended parts would share the count", keyword=keyword,
+                                         pointer=pointer) from None
+        if tree is None:
+            return None
+    return _spell(tree, style)
+
+
+def format_body(name: str, style: str, pointer: str, min_length: int = 0, max_length: int | None = None) -> str | None:
+    """``pattern_regex`` for a known ``format`` (its regex, anchored at both ends)."""
+    try:
+        return pattern_regex(f"^({FORMATS[name]})$", style, pointer, min_length, max_length, keyword="format")
+    except UnsupportedSchemaError:
+        raise UnsupportedSchemaError(f"format {name!r} with a length bound ({min_length}..{max_length}): several "
+                                     "open-ended parts would share the count", keyword="format",
+                                     pointer=pointer) from None

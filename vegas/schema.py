@@ -476,16 +476,17 @@ class Compiler:
             return None
         pattern, fmt = s.get("pattern"), s.get("format")
         fmt_regex = lexical.format_regex(fmt) if isinstance(fmt, str) else None
-        if pattern is not None and (fmt_regex is not None or lo > 0 or hi is not None):
-            raise UnsupportedSchemaError("pattern together with a length bound or a format", keyword="pattern",
-                                         pointer=p)
+        if pattern is not None and fmt_regex is not None:
+            raise UnsupportedSchemaError("pattern together with a format", keyword="pattern", pointer=p)
+        bounded = lo > 0 or hi is not None
         if pattern is not None:
-            body = lexical.pattern_regex(pattern, self.style, p)
+            body = lexical.pattern_regex(pattern, self.style, p, lo, hi)
+            if body is None:
+                return None
         elif fmt_regex is not None:
-            if lo > 0 or hi is not None:
-                raise UnsupportedSchemaError(f"format {fmt!r} together with a length bound", keyword="format",
-                                             pointer=p)
-            body = fmt_regex  # formats use no character the layout escapes
+            body = lexical.format_body(fmt, self.style, p, lo, hi) if bounded else fmt_regex
+            if body is None:
+                return None
         elif self.style == "yaml" and not yaml_always_quoted(s):
             return lead + self.leaf(_union([lexical.plain_regex(), '"' + lexical.not_plain_body("yaml") + '"']))
         else:
