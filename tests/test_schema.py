@@ -208,7 +208,9 @@ ONE_OF = {"oneOf": [{"type": "object", "properties": {"kind": {"const": "circle"
                      "required": ["kind", "side"], "additionalProperties": False}]}
 LABELS = {"type": "object",  # keys by pattern, decimal bounds
           "properties": {"service": {"type": "string", "maxLength": 20},
-                         "cpus": {"type": "number", "minimum": 0.01, "exclusiveMaximum": 64.5}},
+                         "cpus": {"type": "number", "minimum": 0.01, "exclusiveMaximum": 64.5},
+                         "replicas": {"type": "number", "multipleOf": 1},
+                         "limits": {"type": "object", "minProperties": 1}},
           "patternProperties": {"^x-[a-z]+$": {"type": "integer", "minimum": 0}, "^[0-9]{2}$": {"type": "boolean"}},
           "required": ["service", "cpus"], "additionalProperties": False}
 SCHEMAS = {"person": PERSON, "function": FUNCTION_CALL, "order": ORDER, "tree": TREE, "oneOf": ONE_OF,
@@ -229,7 +231,8 @@ VALID = {
     "tree": [{"value": 1}, {"value": -3, "children": [{"value": 4, "children": []}, {"value": 5}]}],
     "oneOf": [{"kind": "circle", "r": 1.5}, {"kind": "square", "side": 2}],
     "labels": [{"service": "web", "cpus": 0.01}, {"service": "db", "cpus": 64.4, "x-replicas": 3, "42": True},
-               {"service": "a: b", "cpus": 1, "x-b": 0, "x-c": 7, "00": False}],
+               {"service": "a: b", "cpus": 1, "x-b": 0, "x-c": 7, "00": False},
+               {"service": "w", "cpus": 2, "replicas": 3, "limits": {"memory": "1G"}}],
 }
 INVALID = {
     "person": [{"name": "", "age": 3}, {"name": "A", "age": -1}, {"name": "A", "age": 151}, {"name": "A"},
@@ -257,7 +260,8 @@ INVALID = {
     "labels": [{"service": "web", "cpus": 0.0099}, {"service": "web", "cpus": 64.5},
                {"service": "web", "cpus": 1, "x-replicas": -1}, {"service": "web", "cpus": 1, "x-Up": 1},
                {"service": "web", "cpus": 1, "123": True}, {"service": "web", "cpus": 1, "other": 1},
-               {"service": "web", "cpus": 1, "42": "yes"}],
+               {"service": "web", "cpus": 1, "42": "yes"}, {"service": "web", "cpus": 1, "replicas": 1.5},
+               {"service": "web", "cpus": 1, "limits": {}}],
 }
 
 
@@ -324,6 +328,8 @@ def test_bad_schemas_get_typed_errors_naming_keyword_and_pointer():
         ({"type": "string", "pattern": "(unclosed"}, SchemaError, "pattern", "#"),
         ({"type": "string", "pattern": "(?<=a)b"}, UnsupportedSchemaError, "pattern", "#"),
         ({"type": "integer", "multipleOf": 3}, UnsupportedSchemaError, "multipleOf", "#"),
+        ({"type": "number", "multipleOf": 0.01}, UnsupportedSchemaError, "multipleOf", "#"),
+        ({"type": "object", "minProperties": 2}, UnsupportedSchemaError, "minProperties", "#"),
         ({"type": "number", "minimum": 0.00005}, UnsupportedSchemaError, "minimum", "#"),
         ({"type": "wat"}, SchemaError, "type", "#"),
         ({"type": "object", "patternProperties": {"^a": {"type": "string"}}}, UnsupportedSchemaError,

@@ -215,7 +215,12 @@ class Compiler:
             schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in _ANNOTATIONS}}
         for keyword in schema:
             if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword], schema):
-                raise UnsupportedSchemaError(f"{keyword} is not supported", keyword=keyword, pointer=pointer)
+                value = json.dumps(schema[keyword])[:40]
+                why = {"multipleOf": f"multipleOf {value} is not supported (only 1: the integers)",
+                       "minProperties": f"minProperties {value} is not supported (only 1, or as many as required)",
+                       "maxProperties": f"maxProperties {value} is not supported (only where the keys possible are "
+                                        "no more)"}.get(keyword, f"{keyword} is not supported")
+                raise UnsupportedSchemaError(why, keyword=keyword, pointer=pointer)
         if "allOf" in schema:
             parts = schema.pop("allOf")
             if not isinstance(parts, list) or not parts:
@@ -247,8 +252,10 @@ class Compiler:
         than ``maxProperties``)."""
         if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
             return keyword == "uniqueItems" and value is False
-        if keyword == "minProperties":
-            return value <= len(set(schema.get("required", [])))
+        if keyword == "minProperties":  # (1: an object that is not empty, see _object)
+            return value <= max(1, len(set(schema.get("required", []))))
+        if keyword == "multipleOf":  # (1: a number that is an integer, see _number)
+            return value == 1
         if keyword == "maxProperties":
             closed = schema.get("additionalProperties", True) is False and "patternProperties" not in schema
             return closed and len(set(schema.get("properties", {})) | set(schema.get("required", []))) <= value
@@ -442,6 +449,11 @@ class Compiler:
 
     def _number(self, s: dict, p: str, type_: str, lead: str) -> str | None:
         lo, hi, lo_x, hi_x = None, None, False, False
+        if "multipleOf" in s:  # only 1 gets here (_trivial): the integers
+            step = s["multipleOf"]
+            if isinstance(step, bool) or not isinstance(step, (int, float)) or not step > 0:
+                raise SchemaError(f"multipleOf must be a number above 0, not {step!r}", keyword="multipleOf", pointer=p)
+            type_ = "integer"
         for keyword, upper in (("minimum", False), ("maximum", True), ("exclusiveMinimum", False),
                                ("exclusiveMaximum", True)):
             value = s.get(keyword)
@@ -576,6 +588,7 @@ class Compiler:
             if value is not None:
                 extra = self._other_key(list(props)) + value
         body, empty_ok = _ordered(entries, extra, sep)
+        empty_ok = empty_ok and not s.get("minProperties", 0)  # (more than 1 is refused unless required implies it)
         if self.style == "json":
             return _union([f"\\{{{body}\\}}" if body else None, "\\{\\}" if empty_ok else None])
         return _union([f"{lead}{body}" if body else None, pos.scalar_lead() + "\\{\\}" if empty_ok else None])
@@ -705,6 +718,8 @@ def _satisfies_scalar_keywords(value, schema: dict) -> bool:
             return False
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if value < schema.get("minimum", -math.inf) or value > schema.get("maximum", math.inf):
+            return False
+        if schema.get("multipleOf") == 1 and value != int(value):
             return False
         ex_lo, ex_hi = schema.get("exclusiveMinimum"), schema.get("exclusiveMaximum")
         if isinstance(ex_lo, (int, float)) and not isinstance(ex_lo, bool) and value <= ex_lo:
