@@ -6,20 +6,24 @@ per (alternative, type, position). ``vegas.layout`` writes instances by the same
 
 Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lists), ``properties``, ``required``,
 ``additionalProperties`` (false, true or a schema; absent = true as the standard says, ``strict=True`` makes it
-false), ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``, ``anyOf``,
-``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
+false), ``patternProperties`` (with ``additionalProperties: false``, disjoint patterns matching no declared key),
+``minProperties`` 1, ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``,
+``anyOf``, ``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
 ``allOf`` (merged), ``$ref`` to ``#...`` pointers, ``$defs``/``definitions`` (recursion unrolled ``max_recursion``
 times, deeper instances are not generated); a schema without ``type`` admits every type, each constrained by its
-own keywords, string ``minLength``/``maxLength``/``pattern``/``format`` (date, time,
-date-time, email, uuid, uri, ipv4, ipv6, hostname; unknown formats are annotations, as the standard says),
-``minimum``/``maximum``/``exclusiveMinimum``/``exclusiveMaximum`` (integer bounds for numbers), ``nullable``.
+own keywords, string ``minLength``/``maxLength``/``pattern``/``format`` (date, time, date-time, email, uuid, uri,
+ipv4, ipv6, hostname; unknown formats are annotations, as the standard says; a length bound with a pattern or
+format is shared out over the pattern's tree, ``lexical._bounded``), ``minimum``/``maximum``/
+``exclusiveMinimum``/``exclusiveMaximum`` (decimal bounds compared digit by digit), ``multipleOf`` 1,
+``nullable``.
 
 Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``/``then``/``else``,
-``dependencies``, ``dependentRequired``/``dependentSchemas``, ``patternProperties``, ``propertyNames``,
-``min/maxProperties``, ``uniqueItems``, ``contains``, ``multipleOf``, ``unevaluated*``, remote ``$ref``s,
-fractional number bounds, a ``pattern`` combined with a length bound or a ``format``. Values of ``true`` schemas
-(anything) are generated up to ``any_depth`` levels of nesting. Additional keys are never one of the declared
-keys; duplicated additional keys are not excluded (no regular language can).
+``dependencies``, ``dependentRequired``/``dependentSchemas``, other ``patternProperties``, ``propertyNames``,
+other ``min/maxProperties``, ``uniqueItems``, ``contains``, other ``multipleOf``, ``unevaluated*``, remote
+``$ref``s, a fractional number bound within 1e-4 of zero, a ``pattern`` with a ``format``, a length bound several
+open-ended parts of a pattern would share. Values of ``true`` schemas (anything) are generated up to
+``any_depth`` levels of nesting. Additional keys are never one of the declared keys; duplicated additional keys
+are not excluded (no regular language can).
 """
 
 from __future__ import annotations
