@@ -3,6 +3,7 @@ real tokenizers accept the runtime's encodings of valid instances, reject invali
 text that parses, validates and is canonical. Oracles: ``jsonschema`` (the validator), ``json``/``yaml`` (the
 readers), the ``tokenizers`` runtime (canonical encodings), the official JSON-Schema-Test-Suite."""
 
+import itertools
 import json
 import re
 import zlib
@@ -412,6 +413,36 @@ def test_random_walks_end_in_valid_canonical_text(tokenizer, style):
             assert runtime.encode(text, add_special_tokens=False).ids == ids, text
             finished += 1
         assert finished >= 3, f"only {finished} of 5 walks reached an accepting state"
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_dependencies_and_merged_enums_agree_with_the_validator(style):
+    """``dependencies`` (both forms), ``dependentRequired`` (chained) and ``dependentSchemas`` become a union of
+    "without the key" and "with it and what it needs"; an ``enum`` and a ``const`` met in a merge intersect."""
+    schemas = [
+        ({"type": "object", "properties": {"cost": {"type": "number"}, "costModel": {"enum": ["a", "b"]}},
+          "dependencies": {"cost": ["costModel"]}},
+         [{}, {"cost": 1}, {"cost": 1, "costModel": "a"}, {"costModel": "b"}, {"cost": 2, "costModel": "b", "x": 1},
+          {"cost": 1, "costModel": "c"}]),
+        ({"type": "object", "properties": {"shape": {"enum": ["circle", "square"]}, "r": {"type": "number"}},
+          "additionalProperties": False,
+          "dependentSchemas": {"r": {"properties": {"shape": {"const": "circle"}}, "required": ["shape"]}}},
+         [{}, {"r": 1}, {"r": 1, "shape": "circle"}, {"r": 1, "shape": "square"}, {"shape": "square"}]),
+        ({"type": "object", "properties": {k: {"type": "integer"} for k in "abc"}, "additionalProperties": False,
+          "dependentRequired": {"a": ["b"], "b": ["c"]}},
+         [{k: 1 for k in keys} for n in range(4) for keys in itertools.combinations("abc", n)]),
+        ({"allOf": [{"enum": [1, 2, 3]}, {"const": 2}]}, [1, 2, 3]),
+    ]
+    for schema, instances in schemas:
+        regex = re.compile(schema_regex(schema, style))
+        # (draft 2020-12 ignores draft 7's "dependencies"; canonmerge reads it as draft 7 does: a tightening)
+        validator = (jsonschema.Draft7Validator if "dependencies" in schema else jsonschema.Draft202012Validator)(schema)
+        verdicts = set()
+        for instance in instances:
+            valid = validator.is_valid(instance)
+            verdicts.add(valid)
+            assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
+        assert verdicts == {True, False}
 
 
 def test_combinators_keep_each_sides_additional_properties():

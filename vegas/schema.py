@@ -7,7 +7,8 @@ per (alternative, type, position). ``vegas.layout`` writes instances by the same
 Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lists), ``properties``, ``required``,
 ``additionalProperties`` (false, true or a schema; absent = true as the standard says, ``strict=True`` makes it
 false), ``patternProperties`` (with ``additionalProperties: false``, disjoint patterns matching no declared key),
-``minProperties`` 1, ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``,
+``minProperties`` 1, ``dependencies``/``dependentRequired``/``dependentSchemas`` (``_dependent``),
+``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``,
 ``anyOf``, ``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
 ``allOf`` (merged), ``$ref`` to ``#...`` pointers, ``$defs``/``definitions`` (recursion unrolled ``max_recursion``
 times, deeper instances are not generated); a schema without ``type`` admits every type, each constrained by its
@@ -17,8 +18,8 @@ format is shared out over the pattern's tree, ``lexical._bounded``), ``minimum``
 ``exclusiveMinimum``/``exclusiveMaximum`` (decimal bounds compared digit by digit), ``multipleOf`` 1,
 ``nullable``.
 
-Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``/``then``/``else``,
-``dependencies``, ``dependentRequired``/``dependentSchemas``, other ``patternProperties``, ``propertyNames``,
+Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``/``then``/``else``, other
+``patternProperties``, ``propertyNames``,
 other ``min/maxProperties``, ``uniqueItems``, ``contains``, other ``multipleOf``, ``unevaluated*``, remote
 ``$ref``s, a fractional number bound within 1e-4 of zero, a ``pattern`` with a ``format``, a length bound several
 open-ended parts of a pattern would share. Values of ``true`` schemas (anything) are generated up to
@@ -49,8 +50,7 @@ _ITEMS = ("items", "prefixItems", "additionalItems")
 _ANNOTATIONS = {"title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
                 "readOnly", "writeOnly", "deprecated", "$anchor", "contentMediaType", "contentEncoding",
                 "contentSchema", "discriminator", "$defs", "definitions", "$vocabulary", "xml", "externalDocs"}
-_UNSUPPORTED = {"not", "if", "then", "else", "dependencies", "dependentRequired", "dependentSchemas",
-                "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
+_UNSUPPORTED = {"not", "if", "then", "else", "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
                 "minContains", "maxContains", "multipleOf", "unevaluatedProperties", "unevaluatedItems",
                 "$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"}
 _BY_TYPE = {
@@ -217,6 +217,10 @@ class Compiler:
             if not rest:
                 return self.alternatives(target, target_pointer, stack)
             schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in _ANNOTATIONS}}
+        for keyword in ("dependencies", "dependentRequired", "dependentSchemas"):
+            if schema.get(keyword):
+                return self._dependent(schema, keyword, pointer, stack)
+            schema.pop(keyword, None)
         for keyword in schema:
             if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword], schema):
                 value = json.dumps(schema[keyword])[:40]
@@ -249,6 +253,35 @@ class Compiler:
                 return alts
         return [Alternative(schema, pointer, self._types(schema, pointer), stack)]
 
+    def _dependent(self, schema: dict, keyword: str, pointer: str, stack: tuple) -> list[Alternative]:
+        """``dependencies`` / ``dependentRequired`` / ``dependentSchemas``, one key k at a time, as a union: the
+        objects without k (``properties: {k: false}``), and those with k, its dependent keys required (or its
+        dependent schema merged in). Each alternative keeps the other dependencies, so d of them give up to 2^d
+        alternatives."""
+        deps = schema[keyword]
+        if not isinstance(deps, dict):
+            raise SchemaError(f"{keyword} must be an object", keyword=keyword, pointer=pointer)
+        key, dependent = next(iter(deps.items()))
+        rest = {k: v for k, v in schema.items() if k != keyword}
+        if len(deps) > 1:
+            rest[keyword] = {k: v for k, v in deps.items() if k != key}
+        where = f"{pointer}/{keyword}/{_escape_pointer(key)}"
+        if isinstance(dependent, list) and keyword != "dependentSchemas":
+            if not all(isinstance(name, str) for name in dependent):
+                raise SchemaError(f"{keyword} of {key!r} must list property names", keyword=keyword, pointer=where)
+            names, extra = dependent, True
+        elif isinstance(dependent, (dict, bool)) and keyword != "dependentRequired":
+            names, extra = [], dependent
+        else:
+            raise SchemaError(f"{keyword} of {key!r} must be an array of names or a schema", keyword=keyword,
+                              pointer=where)
+        absent = dict(rest, properties={**rest.get("properties", {}), key: False})
+        present = dict(rest, required=list(dict.fromkeys(list(rest.get("required", [])) + [key] + names)))
+        alts = self.alternatives(absent, pointer, stack)
+        for a in self.alternatives(present, pointer, stack):
+            alts += [m for b in self.alternatives(extra, where, stack) if (m := self._merge(a, b)) is not None]
+        return alts
+
     @staticmethod
     def _trivial(keyword: str, value, schema: dict) -> bool:
         """Keywords that constrain nothing here: ``uniqueItems: false``, empty maps, and property counts that
@@ -263,8 +296,7 @@ class Compiler:
         if keyword == "maxProperties":
             closed = schema.get("additionalProperties", True) is False and "patternProperties" not in schema
             return closed and len(set(schema.get("properties", {})) | set(schema.get("required", []))) <= value
-        return keyword in ("patternProperties", "dependentRequired", "dependentSchemas", "dependencies") and \
-            value == {}
+        return keyword == "patternProperties" and value == {}
 
     def _types(self, schema: dict, pointer: str) -> tuple[str, ...]:
         declared = schema.get("type")
@@ -442,6 +474,8 @@ class Compiler:
         values = alt.schema["enum"] if "enum" in alt.schema else [alt.schema["const"]]
         if not isinstance(values, list):
             raise SchemaError("enum must be an array", keyword="enum", pointer=alt.pointer)
+        if "enum" in alt.schema and "const" in alt.schema:  # both, from two sides of a merge
+            values = [v for v in values if _json_equal(v, alt.schema["const"])]
         texts = [write_value(v, self.style, pos) for v in values if _json_type(v, type_)
                  and _satisfies_scalar_keywords(v, alt.schema)]
         lead = pos.scalar_lead() if self.style == "yaml" and type_ not in ("object", "array") else ""
