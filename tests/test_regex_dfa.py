@@ -318,3 +318,22 @@ def test_reader_agrees_with_interegular_on_random_regexes(pattern):
     from automata import parse
 
     assert parse.read(pattern).simplify() == interegular.parse_pattern(pattern)
+
+
+# ---- regions of several regexes (automata.regions) ------------------------------------------------------------
+
+@pytest.mark.parametrize("patterns", [["[a-z]+", "x-.*"], ["a*", "b*", "(ab)*"], ['[^"\\\\]*', "ab|cd"],
+                                      [".*", "a.*b"], ["[0-9]{2,4}", "1[0-9]*"], ["é+|ü", "[à-ÿ]*"]])
+def test_regions_hold_the_strings_matched_by_exactly_those_patterns(patterns):
+    """Every string over an alphabet that meets every class of the patterns falls in exactly the region of the
+    patterns ``re.fullmatch`` accepts it with (no region if none)."""
+    import itertools
+
+    from automata.regions import regions
+
+    found = {region: re.compile(regex) for region, regex in regions(patterns).items()}
+    for length in range(5):
+        for chars in itertools.product('abx-1"é\n', repeat=length):
+            text = "".join(chars)
+            truth = frozenset(i for i, p in enumerate(patterns) if re.fullmatch(p, text))
+            assert [r for r, regex in found.items() if regex.fullmatch(text)] == ([truth] if truth else []), text

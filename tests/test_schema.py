@@ -333,13 +333,8 @@ def test_bad_schemas_get_typed_errors_naming_keyword_and_pointer():
         ({"type": "object", "minProperties": 2}, UnsupportedSchemaError, "minProperties", "#"),
         ({"type": "number", "minimum": 0.00005}, UnsupportedSchemaError, "minimum", "#"),
         ({"type": "wat"}, SchemaError, "type", "#"),
-        ({"type": "object", "patternProperties": {"^a": {"type": "string"}}}, UnsupportedSchemaError,
-         "patternProperties", "#"),
-        ({"type": "object", "patternProperties": {"^a": {}, "b$": {}}, "additionalProperties": False},
-         UnsupportedSchemaError, "patternProperties", "#"),
-        ({"properties": {"o": {"patternProperties": {"^a": {}}, "properties": {"ab": {}},
-                               "additionalProperties": False}}}, UnsupportedSchemaError, "patternProperties",
-         "#/properties/o"),
+        ({"properties": {"o": {"patternProperties": {"(?=a)": {"type": "integer"}}}}}, UnsupportedSchemaError, "pattern",
+         "#/properties/o/patternProperties/(?=a)"),
         ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, UnsupportedSchemaError, "oneOf", "#"),
     ]
     for schema, error, keyword, pointer in cases:
@@ -439,6 +434,34 @@ def test_dependencies_and_merged_enums_agree_with_the_validator(style):
         validator = (jsonschema.Draft7Validator if "dependencies" in schema else jsonschema.Draft202012Validator)(schema)
         verdicts = set()
         for instance in instances:
+            valid = validator.is_valid(instance)
+            verdicts.add(valid)
+            assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
+        assert verdicts == {True, False}
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_pattern_properties_agree_with_the_validator(style):
+    """Keys matching several patterns take all their schemas, declared keys matching a pattern take its schema
+    too, keys matching none take ``additionalProperties`` (open, a schema or false): random objects over keys
+    chosen to fall in every region, checked against jsonschema."""
+    schemas = [
+        {"type": "object", "patternProperties": {"^a": {"type": "string"}, "b$": {"type": "string", "maxLength": 2}},
+         "properties": {"ab": {"enum": ["x", "yy", "zzz"]}, "c": {"type": "integer"}}},
+        {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}, "additionalProperties": {"type": "boolean"}},
+        {"type": "object", "patternProperties": {".*": {"type": "integer"}},
+         "properties": {"n": {"type": "integer", "minimum": 5}}, "additionalProperties": False},
+        {"type": "object", "patternProperties": {"^[a-z]+$": {"type": "integer", "minimum": 0}, "^[0-9]+$": {"const": True}}},
+    ]
+    keys = ["a", "ab", "b", "abb", "cb", "c", "x-1", "x-", "y", "n", "12", "ab1", "", "Z", "a\"b"]
+    values = [1, -1, 7, "x", "yy", "zzz", "q", True, False, None, [1], {"k": 1}]
+    rng = np.random.default_rng(zlib.crc32(style.encode()))
+    for schema in schemas:
+        regex, validator = re.compile(schema_regex(schema, style)), jsonschema.Draft202012Validator(schema)
+        verdicts = set()
+        for _ in range(150):
+            chosen = rng.choice(len(keys), size=rng.integers(0, 5), replace=False)
+            instance = {keys[k]: values[rng.integers(len(values))] for k in chosen}
             valid = validator.is_valid(instance)
             verdicts.add(valid)
             assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)

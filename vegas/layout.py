@@ -177,11 +177,13 @@ class _Writer:
             order = [k for k in props if k in value] + [k for k in value if k not in props]
             parts = []
             for name in order:
-                pattern = None if name in props else pattern_property(s, str(name), style)
-                if name in props:
+                matched = matching_patterns(s, str(name), style)
+                if name in props:  # as the compiler: a declared key's value satisfies its patterns' schemas too
                     sub, where = props[name], f"{alt.pointer}/properties/{name}"
-                elif pattern is not None:
-                    sub, where = s["patternProperties"][pattern], f"{alt.pointer}/patternProperties/{pattern}"
+                    if matched:
+                        sub = {"allOf": [sub, pattern_schema(s, matched, alt.pointer)[0]]}
+                elif matched:
+                    sub, where = pattern_schema(s, matched, alt.pointer)
                 else:
                     sub, where = additional, f"{alt.pointer}/additionalProperties"
                 parts.append(write_key(str(name), style, declared=name in props) +
@@ -190,31 +192,33 @@ class _Writer:
         return _scalar(value, style, lead)
 
 
-def written_key_matches(key_body: str, name: str, style: str) -> bool:
-    """Whether ``name``, written as an other (quoted) key, is in the written-key regex ``key_body``."""
-    text = write_key(name, style, declared=False)
-    return _fullmatch(key_body, text[1:text.rindex('"')])
+def matching_patterns(schema: dict, name: str, style: str) -> list[str]:
+    """The patterns of ``schema``'s ``patternProperties`` that the key ``name`` matches (in the schema's order)."""
+    patterns = schema.get("patternProperties")
+    if not isinstance(patterns, dict) or not patterns:
+        return []
+    written = write_key(name, style, declared=False)
+    text = written[1:written.rindex('"')]  # the key as an other (quoted) key writes it
+    found = []
+    for pattern in patterns:
+        try:
+            if _compiled(lexical.pattern_regex(pattern, style, "#")).fullmatch(text):
+                found.append(pattern)
+        except CanonmergeError:
+            continue
+    return found
+
+
+def pattern_schema(schema: dict, patterns: list[str], pointer: str) -> tuple[object, str]:
+    """The schema a key matching ``patterns`` (a non-empty list) takes from them, and its pointer."""
+    subs = [schema["patternProperties"][p] for p in patterns]
+    where = f"{pointer}/patternProperties/{patterns[0]}"
+    return (subs[0], where) if len(subs) == 1 else ({"allOf": subs}, where)
 
 
 @functools.lru_cache(maxsize=1024)
 def _compiled(regex: str):
     return re.compile(regex)
-
-
-def _fullmatch(regex: str, text: str) -> bool:
-    return _compiled(regex).fullmatch(text) is not None
-
-
-def pattern_property(schema: dict, name: str, style: str):
-    """The pattern of ``schema``'s ``patternProperties`` that the key ``name`` matches, or None."""
-    for pattern in schema.get("patternProperties", {}):
-        try:
-            key_body = lexical.pattern_regex(pattern, style, "#")
-        except CanonmergeError:
-            continue
-        if written_key_matches(key_body, name, style):
-            return pattern
-    return None
 
 
 def format_instance(instance, schema, *, style: str = "json", strict: bool = False, max_recursion: int = 3,

@@ -6,7 +6,7 @@ per (alternative, type, position). ``vegas.layout`` writes instances by the same
 
 Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lists), ``properties``, ``required``,
 ``additionalProperties`` (false, true or a schema; absent = true as the standard says, ``strict=True`` makes it
-false), ``patternProperties`` (with ``additionalProperties: false``, disjoint patterns matching no declared key),
+false), ``patternProperties`` (keys by region of the patterns they match: ``_other_keys``),
 ``minProperties`` 1, ``dependencies``/``dependentRequired``/``dependentSchemas`` (``_dependent``),
 ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``,
 ``anyOf``, ``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
@@ -18,8 +18,8 @@ format is shared out over the pattern's tree, ``lexical._bounded``), ``minimum``
 ``exclusiveMinimum``/``exclusiveMaximum`` (decimal bounds compared digit by digit), ``multipleOf`` 1,
 ``nullable``.
 
-Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``/``then``/``else``, other
-``patternProperties``, ``propertyNames``,
+Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``/``then``/``else``,
+``patternProperties`` too large to write by region, ``propertyNames``,
 other ``min/maxProperties``, ``uniqueItems``, ``contains``, other ``multipleOf``, ``unevaluated*``, remote
 ``$ref``s, a fractional number bound within 1e-4 of zero, a ``pattern`` with a ``format``, a length bound several
 open-ended parts of a pattern would share. Values of ``true`` schemas (anything) are generated up to
@@ -38,8 +38,9 @@ from urllib.parse import unquote
 from vegas import lexical
 from vegas.charset import ANY, CharSet, escape_of, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
-from automata import EmptyLanguageError, from_regex
-from vegas.layout import written_key_matches, write_key, write_value
+from automata.errors import RegexError, StateLimitError
+from automata.regions import regions
+from vegas.layout import matching_patterns, pattern_schema, write_key, write_value
 
 __all__ = ["schema_regex", "Position", "TOP"]
 
@@ -605,19 +606,22 @@ class Compiler:
             inner = Position("key", column)
         entries = []
         for name, sub in props.items():
-            value = self.value(sub, f"{p}/properties/{_escape_pointer(name)}", inner, alt.stack)
+            matched = matching_patterns(s, name, self.style)
+            where = f"{p}/properties/{_escape_pointer(name)}"
+            if matched:  # a declared key matching patterns: its value satisfies their schemas too
+                sub = {"allOf": [sub, pattern_schema(s, matched, p)[0]]}
+            value = self.value(sub, where, inner, alt.stack)
             if value is None:
                 if name in required:
                     return None
                 continue
             entries.append((literal(write_key(name, self.style)) + value, name in required))
         extra = None
-        patterns = self._patterns(s, p, list(props), additional)
-        if patterns:
+        other_keys = self._other_keys(s, p, list(props), additional)
+        if other_keys is not None:
             extras = []
-            for pattern, key_body in patterns:
-                value = self.value(s["patternProperties"][pattern],
-                                   f"{p}/patternProperties/{_escape_pointer(pattern)}", inner, alt.stack)
+            for key_body, sub, where in other_keys:
+                value = self.value(sub, where, inner, alt.stack)
                 if value is not None:
                     extras.append(self.leaf(f'"{key_body}"') + (": " if self.style == "json" else ":") + value)
             extra = _union(extras)
@@ -631,38 +635,37 @@ class Compiler:
             return _union([f"\\{{{body}\\}}" if body else None, "\\{\\}" if empty_ok else None])
         return _union([f"{lead}{body}" if body else None, pos.scalar_lead() + "\\{\\}" if empty_ok else None])
 
-    def _patterns(self, s: dict, p: str, declared: list[str], additional) -> list[tuple[str, str]]:
-        """The ``patternProperties`` an object's other keys follow: (pattern, regex of its written keys), or []
-        when it has none (or none that constrain anything). Exact where every other key matches exactly one
-        pattern: ``additionalProperties: false``, patterns that share no key, and no declared key matching one
-        (whose value would have to satisfy both schemas). Other uses are refused."""
+    def _other_keys(self, s: dict, p: str, declared: list[str], additional) -> list[tuple[str, object, str]] | None:
+        """The keys an object may have beside the declared ones, by ``patternProperties``: (regex of the written
+        keys, their value's schema, its pointer) per region — the keys matching exactly some set of patterns
+        take all their schemas, the keys matching none ``additionalProperties`` (``automata.regions`` writes each
+        region from one automaton of the patterns and "any key but the declared ones"). None when there are no
+        patterns (the caller writes "any key but the declared ones" itself)."""
         patterns = s.get("patternProperties", {})
         if not isinstance(patterns, dict):
             raise SchemaError("patternProperties must be an object", keyword="patternProperties", pointer=p)
-        if not patterns:
-            return []
-        if additional is not False:
-            if additional in (True, {}) and all(sub in (True, {}) for sub in patterns.values()):
-                return []  # every key takes any value anyway
-            raise UnsupportedSchemaError("patternProperties beside additionalProperties other than false (the keys "
-                                         "matching no pattern would need the patterns' complement)",
-                                         keyword="patternProperties", pointer=p)
-        written = [(pattern, lexical.pattern_regex(pattern, self.style, f"{p}/patternProperties")) for pattern in patterns]
-        for pattern, key_body in written:
-            for name in declared:
-                if written_key_matches(key_body, name, self.style):
-                    raise UnsupportedSchemaError(f"patternProperties {pattern!r} matches the declared property "
-                                                 f"{name!r}", keyword="patternProperties", pointer=p)
-        for i, (first, first_body) in enumerate(written):
-            for second, second_body in written[i + 1:]:
-                try:
-                    shared = not from_regex(first_body).intersect(from_regex(second_body)).is_empty()
-                except EmptyLanguageError:  # a pattern no written key matches
-                    shared = False
-                if shared:
-                    raise UnsupportedSchemaError(f"patternProperties {first!r} and {second!r} share keys",
-                                                 keyword="patternProperties", pointer=p)
-        return written
+        if not patterns or (additional in (True, {}) and all(sub in (True, {}) for sub in patterns.values())):
+            return None  # (every key takes any value anyway)
+        names = list(patterns)
+        bodies = [lexical.pattern_regex(n, self.style, f"{p}/patternProperties/{_escape_pointer(n)}") for n in names]
+        try:
+            found = regions(bodies + [_string_except(declared, self.style)])
+        except (StateLimitError, RegexError) as exc:
+            raise UnsupportedSchemaError(f"patternProperties: the keys of each pattern could not be written apart "
+                                         f"({exc})", keyword="patternProperties", pointer=p) from None
+        other = len(names)  # the region index of "any key but the declared ones"
+        keys = []
+        for region, regex in found.items():
+            if other not in region:
+                continue  # declared keys: their own entries (``pattern_schema`` adds the patterns' schemas)
+            matched = sorted(region - {other})
+            if matched:
+                sub, where = pattern_schema(s, [names[i] for i in matched], p)
+            else:
+                sub, where = additional, f"{p}/additionalProperties"
+            if sub is not False:
+                keys.append((regex, sub, where))
+        return keys
 
     def _other_key(self, declared: list[str]) -> str:
         """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
