@@ -15,7 +15,7 @@ Peers are optional bench dependencies (``pip install -e ".[bench]"`` and ``pip i
 xgrammar==0.2.8``; xgrammar's declared dependencies would pull a CUDA torch and triton). An engine that is not
 installed is reported as missing, not skipped silently.
 
-    python bench/peers.py [--tokenizers gpt2,llama3]
+    python bench/peers.py [--tokenizers gpt2,llama3] [--out bench/results/peers.json]
 """
 
 from __future__ import annotations
@@ -307,10 +307,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizers", default="gpt2,llama3")
     parser.add_argument("--repeats", type=int, default=3, help="compile-and-walk repetitions; medians are reported")
+    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "peers.json")
     args = parser.parse_args()
     results = run(args.tokenizers.split(","), args.repeats)
     print_table(results)
-    out = Path(__file__).parent / "results" / "peers.json"
+    out = args.out
     out.write_text(json.dumps(results, indent=2, ensure_ascii=False) + "\n")
     print(f"wrote {out}")
 
