@@ -100,16 +100,19 @@ class _Instance:
 
 
 class FragmentLibrary:
-    """Compiled fragments of one canonical automaton in memory (most recently used first, at most
-    ``max_fragments``), backed by a ``product.library.FragmentStore`` on disk when ``get`` is given one.
-    Thread-safe: the tables change under a lock; compiling happens outside it (two threads may compile one
-    fragment at once; the second result replaces the first, both exact)."""
+    """Compiled fragments of one canonical automaton in memory — the least recently used evicted past
+    ``max_fragments`` fragments or ``max_bytes`` of their guides (``Guide.memory_bytes``; a guide already
+    stitched into a guide stays alive there) — backed by a ``product.library.FragmentStore`` on disk when ``get``
+    is given one. Thread-safe: the tables change under a lock; compiling happens outside it (two threads may
+    compile one fragment at once; the second result replaces the first, both exact)."""
 
-    def __init__(self, canonical: CanonicalAutomaton, max_fragments: int = 4096):
+    def __init__(self, canonical: CanonicalAutomaton, max_fragments: int = 4096, max_bytes: int = 1 << 30):
         from collections import OrderedDict
 
         self.canonical = canonical
-        self.max_fragments = max_fragments
+        self.max_fragments, self.max_bytes = max_fragments, max_bytes
+        self._bytes = 0  # of the fragments held
+        self._size: dict[tuple, int] = {}
         self._fragments: "OrderedDict[tuple, Fragment]" = OrderedDict()
         self._dead: set[tuple] = set()  # fragments with no live text (EmptyLanguageError), remembered
         self._soft: dict[str, set[int]] = {}  # fragment regexes found to have soft exits
@@ -148,11 +151,21 @@ class FragmentLibrary:
             compiled = True
             if store is not None:
                 store.save(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
+        size = fragment.guide.memory_bytes
         with self._lock:
-            self._fragments[key] = fragment
-            if len(self._fragments) > self.max_fragments:
-                self._fragments.popitem(last=False)
+            self._bytes += size - self._size.get(key, 0)
+            self._fragments[key], self._size[key] = fragment, size
+            self._fragments.move_to_end(key)
+            while len(self._fragments) > 1 and (len(self._fragments) > self.max_fragments
+                                                or self._bytes > self.max_bytes):
+                evicted, _ = self._fragments.popitem(last=False)
+                self._bytes -= self._size.pop(evicted)
         return fragment, compiled
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the fragments' guides held (at most ``max_bytes``, unless one fragment alone is larger)."""
+        return self._bytes
 
     def __len__(self) -> int:
         return len(self._fragments)

@@ -115,6 +115,29 @@ def test_a_second_schema_reuses_the_fragments_of_the_first():
     assert again.fragments_compiled == 0
 
 
+def test_the_memory_library_keeps_to_its_byte_budget():
+    """Past ``max_bytes`` the least recently used fragments are evicted; guides already stitched keep theirs and
+    stay exact; a later compile compiles the evicted fragments again."""
+    from product.stitched import FragmentLibrary
+
+    canonical = automaton_of("gpt2")
+    schema = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer"},
+                                               "tags": {"type": "array", "items": {"enum": ["a", "b"]}}}}
+    compiler = Compiler(load_schema(schema), "json", leaves=True)
+    skeleton = compiler.value(compiler.root, "#", TOP)
+    roomy = FragmentLibrary(canonical)
+    reference = compile_stitched(skeleton, compiler.leaves, canonical, library=roomy)
+    total = roomy.memory_bytes
+    assert total == sum(f.guide.memory_bytes for f in roomy._fragments.values()) > 0
+    tight = FragmentLibrary(canonical, max_bytes=total // 3)
+    first = compile_stitched(skeleton, compiler.leaves, canonical, library=tight)
+    assert tight.memory_bytes <= total // 3 or len(tight) == 1
+    assert len(tight) < first.num_fragments
+    assert all(np.array_equal(a, b) for a, b in zip(_walk_masks(first, 1), _walk_masks(reference, 1), strict=True))
+    again = compile_stitched(skeleton, compiler.leaves, canonical, library=tight)
+    assert again.fragments_compiled > 0
+
+
 def _walk_masks(guide, seed: int, steps: int = 60) -> list[np.ndarray]:
     rng, state, masks = random.Random(seed), guide.initial_state, []
     for _ in range(steps):
