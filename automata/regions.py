@@ -23,7 +23,7 @@ from automata.dfa import MISSING, DFA, Alphabet
 from automata.errors import StateLimitError
 from automata.regex import _char_dfa, exit_marker
 
-__all__ = ["regions"]
+__all__ = ["regions", "eliminate"]
 
 _MARKER_BASE = ord(exit_marker(0))
 
@@ -113,24 +113,33 @@ def _escape(point: int, *, in_class: bool) -> str:
 
 
 def _eliminate(dfa: DFA, labels: list, max_length: int) -> str:
-    """State elimination over a trimmed DFA whose symbols are classes with ``labels``."""
+    """The regex of a trimmed DFA whose symbols are classes with ``labels``."""
     SOURCE, SINK = -1, -2
     edges: dict[tuple[int, int], str] = {}
-
-    def add(a: int, b: int, regex: str) -> None:
-        edges[a, b] = regex if (a, b) not in edges else f"(?:{edges[a, b]}|{regex})"
-
     table = dfa.transitions
     for q in range(dfa.num_states):
         by_target: dict[int, list] = {}
         for c in np.flatnonzero(table[q] != MISSING).tolist():
             by_target.setdefault(int(table[q, c]), []).append(labels[c])
         for t, parts in by_target.items():
-            add(q, t, _class_text(parts))
+            edges[q, t] = _class_text(parts)
         if dfa.accepting[q]:
-            add(q, SINK, "")
-    add(SOURCE, int(dfa.start), "")
-    nodes = set(range(dfa.num_states))
+            edges[q, SINK] = ""
+    edges[SOURCE, int(dfa.start)] = ""
+    return eliminate(edges, SOURCE, SINK, max_length)
+
+
+def eliminate(edges: dict, source, sink, max_length: int) -> str:
+    """State elimination: ``edges`` maps (from, to) to a regex (parallel edges already joined); every node but
+    ``source`` and ``sink`` is removed, the one with the fewest in x out edges first (ties by ``repr``), each path
+    through it becoming in-label (loop)* out-label. Returns the regex from source to sink ('' if none: callers
+    check emptiness first). ``StateLimitError`` once the labels outgrow ``max_length`` characters."""
+    edges = dict(edges)
+
+    def add(a, b, regex: str) -> None:
+        edges[a, b] = regex if (a, b) not in edges else f"(?:{edges[a, b]}|{regex})"
+
+    nodes = ({a for a, _ in edges} | {b for _, b in edges}) - {source, sink}
     while nodes:
         ins = {k: [] for k in nodes}
         outs = {k: [] for k in nodes}
@@ -139,7 +148,7 @@ def _eliminate(dfa: DFA, labels: list, max_length: int) -> str:
                 ins[b].append(a)
             if a in outs and a != b:
                 outs[a].append(b)
-        k = min(sorted(nodes), key=lambda n: len(ins[n]) * len(outs[n]))
+        k = min(sorted(nodes, key=repr), key=lambda n: len(ins[n]) * len(outs[n]))
         loop = edges.pop((k, k), None)
         star = f"(?:{loop})*" if loop is not None else ""
         into = [(a, edges.pop((a, k))) for a in ins[k]]
@@ -149,5 +158,5 @@ def _eliminate(dfa: DFA, labels: list, max_length: int) -> str:
                 add(a, b, f"{r_in}{star}{r_out}")
         nodes.discard(k)
         if sum(len(r) for r in edges.values()) > max_length:
-            raise StateLimitError(f"a region's regex outgrows {max_length} characters")
-    return edges.get((SOURCE, SINK), "")
+            raise StateLimitError(f"a regex written by state elimination outgrows {max_length} characters")
+    return edges.get((source, sink), "")

@@ -48,7 +48,9 @@ import numpy as np
 
 from automata import MISSING, EmptyLanguageError
 from automata.errors import CanonmergeError
+from automata.errors import StateLimitError
 from automata.regex import _char_dfa, exit_marker, from_regex_exits
+from automata.regions import eliminate
 from interegular.fsm import anything_else
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.counted import MIN_COUNT
@@ -322,7 +324,8 @@ class _Skeleton:
 
     def _eliminated(self, roots: frozenset, soft: frozenset) -> tuple[str, list[int]]:
         """``fragment`` for a fragment with a cycle (a YAML block whose line breaks are inside tokens): the
-        classic state elimination over its states, a new source and sink, and one node per exit."""
+        classic state elimination (``automata.regions.eliminate``) over its states, a new source and sink, and one
+        node per exit."""
         SOURCE, SINK = "source", "sink"
         exits: list[int] = []
         edges: dict = {}  # (from, to) -> regex
@@ -354,27 +357,10 @@ class _Skeleton:
                     todo.append(t)
         for t in exits:
             add(("exit", t), SINK, exit_marker(exits.index(t) + 1))
-        nodes = {a for a, _ in edges} | {b for _, b in edges}
-        nodes -= {SOURCE, SINK}
-        while nodes:  # eliminate the node with the fewest in x out edges first
-            def cost(k):
-                return sum(1 for a, b in edges if b == k) * sum(1 for a, b in edges if a == k)
-            k = min(sorted(nodes, key=repr), key=cost)
-            loop = edges.pop((k, k), None)
-            ins = [(a, r) for (a, b), r in edges.items() if b == k]
-            outs = [(b, r) for (a, b), r in edges.items() if a == k]
-            for a, _ in ins:
-                del edges[a, k]
-            for b, _ in outs:
-                del edges[k, b]
-            star = f"(?:{loop})*" if loop is not None else ""
-            for a, r_in in ins:
-                for b, r_out in outs:
-                    add(a, b, r_in + star + r_out)
-            nodes.discard(k)
-            if sum(len(r) for r in edges.values()) > _MAX_FRAGMENT_REGEX:
-                raise StitchError("a fragment's regex is too long to write out")
-        return edges.get((SOURCE, SINK), ""), exits
+        try:
+            return eliminate(edges, SOURCE, SINK, _MAX_FRAGMENT_REGEX), exits
+        except StateLimitError:
+            raise StitchError("a fragment's regex is too long to write out") from None
 
 
 class _Cycle(Exception):
