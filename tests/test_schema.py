@@ -487,7 +487,10 @@ def test_property_counts_implied_by_the_node_itself_are_accepted():
                {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "maxProperties": 2}]
     for schema in implied:
         assert re.fullmatch(schema_regex(schema), format_instance({"a": 1}, schema))
-    for schema in ({"type": "object", "minProperties": 1}, {"type": "object", "properties": {"a": {}},
+    non_empty = {"type": "object", "minProperties": 1}  # 1: any object but the empty one
+    assert re.fullmatch(schema_regex(non_empty), format_instance({"x": None}, non_empty))
+    assert not re.fullmatch(schema_regex(non_empty), format_instance({}, non_empty))
+    for schema in ({"type": "object", "minProperties": 2}, {"type": "object", "properties": {"a": {}},
                                                              "maxProperties": 1}):
         with pytest.raises(UnsupportedSchemaError):
             schema_regex(schema)
