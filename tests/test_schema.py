@@ -332,6 +332,7 @@ def test_bad_schemas_get_typed_errors_naming_keyword_and_pointer():
         ({"type": "number", "multipleOf": 0.01}, UnsupportedSchemaError, "multipleOf", "#"),
         ({"type": "object", "minProperties": 2}, UnsupportedSchemaError, "minProperties", "#"),
         ({"type": "number", "minimum": 0.00005}, UnsupportedSchemaError, "minimum", "#"),
+        ({"type": "number", "minimum": -0.5, "maximum": 0.00005}, UnsupportedSchemaError, "maximum", "#"),
         ({"type": "wat"}, SchemaError, "type", "#"),
         ({"properties": {"o": {"patternProperties": {"(?=a)": {"type": "integer"}}}}}, UnsupportedSchemaError, "pattern",
          "#/properties/o/patternProperties/(?=a)"),

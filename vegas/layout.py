@@ -177,12 +177,10 @@ class _Writer:
             order = [k for k in props if k in value] + [k for k in value if k not in props]
             parts = []
             for name in order:
-                matched = matching_patterns(s, str(name), style)
-                if name in props:  # as the compiler: a declared key's value satisfies its patterns' schemas too
-                    sub, where = props[name], f"{alt.pointer}/properties/{name}"
-                    if matched:
-                        sub = {"allOf": [sub, pattern_schema(s, matched, alt.pointer)[0]]}
-                elif matched:
+                if name in props:
+                    sub = with_pattern_schemas(s, str(name), props[name], style, alt.pointer)
+                    where = f"{alt.pointer}/properties/{name}"
+                elif matched := matching_patterns(s, str(name), style):
                     sub, where = pattern_schema(s, matched, alt.pointer)
                 else:
                     sub, where = additional, f"{alt.pointer}/additionalProperties"
@@ -202,11 +200,18 @@ def matching_patterns(schema: dict, name: str, style: str) -> list[str]:
     found = []
     for pattern in patterns:
         try:
-            if _compiled(lexical.pattern_regex(pattern, style, "#")).fullmatch(text):
+            if _written_keys(pattern, style).fullmatch(text):
                 found.append(pattern)
         except CanonmergeError:
             continue
     return found
+
+
+def with_pattern_schemas(schema: dict, name: str, sub, style: str, pointer: str):
+    """The schema of the declared key ``name`` (``sub``), with the schemas of the patterns it matches: the
+    compiler and the writer both take a declared key's value this way, so its text and its regex agree."""
+    matched = matching_patterns(schema, name, style)
+    return {"allOf": [sub, pattern_schema(schema, matched, pointer)[0]]} if matched else sub
 
 
 def pattern_schema(schema: dict, patterns: list[str], pointer: str) -> tuple[object, str]:
@@ -217,8 +222,9 @@ def pattern_schema(schema: dict, patterns: list[str], pointer: str) -> tuple[obj
 
 
 @functools.lru_cache(maxsize=1024)
-def _compiled(regex: str):
-    return re.compile(regex)
+def _written_keys(pattern: str, style: str) -> re.Pattern:
+    """The compiled regex of the keys, as written, in which ``pattern`` finds a match (read once per pattern)."""
+    return re.compile(lexical.pattern_regex(pattern, style, "#"))
 
 
 def format_instance(instance, schema, *, style: str = "json", strict: bool = False, max_recursion: int = 3,

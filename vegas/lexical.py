@@ -28,7 +28,7 @@ from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, liter
 from vegas.errors import SchemaError, UnsupportedSchemaError
 
 __all__ = ["integer_regex", "number_regex", "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe",
-           "format_regex", "format_body", "repeat", "number_bound",
+           "format_regex", "format_body", "repeat", "number_bound", "splits_exponent_forms",
            "pattern_regex", "YAML_SPECIAL_WORDS", "FORMATS"]
 
 # ---- numbers ---------------------------------------------------------------------------------------------------
@@ -115,7 +115,7 @@ def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = Non
     lo = None if lo is None else Decimal(lo)
     hi = None if hi is None else Decimal(hi)
     for bound in (lo, hi):
-        if bound is not None and 0 < abs(bound) < _SMALL:
+        if splits_exponent_forms(bound):
             raise ValueError(f"a bound of {bound} splits the numbers written with an exponent (below 1e-4)")
     lo_int = None if lo is None else math.ceil(lo) + (1 if lo_exclusive and lo == math.ceil(lo) else 0)
     hi_int = None if hi is None else math.floor(hi) - (1 if hi_exclusive and hi == math.floor(hi) else 0)
@@ -143,6 +143,12 @@ def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = Non
 
 
 _SMALL = Decimal("0.0001")  # repr writes an exponent below this magnitude
+
+
+def splits_exponent_forms(bound: Decimal | int | None) -> bool:
+    """Whether a bound falls among the numbers ``repr`` writes with a small exponent (0 < |bound| < 1e-4), which
+    ``number_regex`` keeps or drops only as a whole."""
+    return bound is not None and 0 < abs(Decimal(bound)) < _SMALL
 
 
 def _split(bound: Decimal) -> tuple[int, str]:

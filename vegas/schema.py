@@ -40,7 +40,7 @@ from vegas.charset import ANY, CharSet, escape_of, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 from automata.errors import RegexError, StateLimitError
 from automata.regions import regions
-from vegas.layout import matching_patterns, pattern_schema, write_key, write_value
+from vegas.layout import pattern_schema, with_pattern_schemas, write_key, write_value
 
 __all__ = ["schema_regex", "Position", "TOP"]
 
@@ -517,7 +517,7 @@ class Compiler:
             try:
                 regex = lexical.number_regex(lo, hi, lo_exclusive=lo_x, hi_exclusive=hi_x, style=self.style)
             except ValueError as exc:  # a fractional bound within 1e-4 of zero
-                keyword = lo_keyword if lo is not None and 0 < abs(lo) < 1 else hi_keyword
+                keyword = lo_keyword if lexical.splits_exponent_forms(lo) else hi_keyword
                 raise UnsupportedSchemaError(str(exc), keyword=keyword, pointer=p) from None
         return None if regex is None else lead + self.leaf(regex)
 
@@ -606,11 +606,8 @@ class Compiler:
             inner = Position("key", column)
         entries = []
         for name, sub in props.items():
-            matched = matching_patterns(s, name, self.style)
-            where = f"{p}/properties/{_escape_pointer(name)}"
-            if matched:  # a declared key matching patterns: its value satisfies their schemas too
-                sub = {"allOf": [sub, pattern_schema(s, matched, p)[0]]}
-            value = self.value(sub, where, inner, alt.stack)
+            value = self.value(with_pattern_schemas(s, name, sub, self.style, p),
+                               f"{p}/properties/{_escape_pointer(name)}", inner, alt.stack)
             if value is None:
                 if name in required:
                     return None
