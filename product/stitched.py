@@ -47,8 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from automata import MISSING, EmptyLanguageError
-from automata.errors import CanonmergeError
-from automata.errors import StateLimitError
+from automata.errors import CanonmergeError, StateLimitError
 from automata.regex import _char_dfa, exit_marker, from_regex_exits
 from automata.regions import eliminate
 from interegular.fsm import anything_else
