@@ -25,11 +25,12 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from numba import njit
+from numba import carray, njit
 
 from bpe.automaton import CanonicalAutomaton
+from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack"]
+__all__ = ["ForbiddenSets", "pack", "ROW_NONE", "ROW_SPARSE", "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
 DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
 DENSE_BUDGET_BYTES = 256 << 20  # ... unless that exceeds this; then only the largest classes that fit
@@ -102,13 +103,77 @@ def _all_bits(words, tokens, member):
     return True
 
 
-@njit("void(uint32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int32[::1], int64, int64)",
-      **_KERNEL)
-def _sparse_mask(words, X, Y, Z, position, starts, ends, lo, hi):
-    """words |= X | (Y - F) | (Z & F), with F the intervals ``lo:hi``, testing each token of Y and Z."""
-    _set_bits(words, X)
-    _set_if_member(words, Y, False, position, starts, ends, lo, hi)
-    _set_if_member(words, Z, True, position, starts, ends, lo, hi)
+# A node's rows as the mask kernels read them: a *row descriptor*, int64[ROW_FIELDS] (the guide builds one per
+# node, ``Guide._row_descriptors``): (kind, final, a, len a, b, len b, c, len c), a/b/c the addresses of the row's
+# arrays (kept alive by the guide). ROW_SPARSE: X, Y, Z as ascending int32 token ids; ROW_SPARSE_PACKED: X packed
+# (uint32[num_words]), Y, Z; ROW_DENSE: XY and D packed, the mask being XY ^ (D & F[mc]); ROW_NONE: no token.
+# ``final``: the EOS tokens are allowed too.
+ROW_NONE, ROW_SPARSE, ROW_SPARSE_PACKED, ROW_DENSE = range(4)
+ROW_FIELDS = 8
+# The forbidden sets' table (``ForbiddenSets.table``) the kernels read: the words of a mask, then (address,
+# length) of each array.
+_NUM_WORDS, _ORDER, _POSITION, _STARTS, _ENDS, _OFFSETS, _DENSE_ROW, _DENSE, _TABLE_SIZE = 0, 1, 3, 5, 7, 9, 11, 13, 15
+
+
+@njit(inline="always")
+def _int32s(table, k):
+    return carray(int32_at(table[k]), table[k + 1])
+
+
+@njit(**_KERNEL)
+def _fill_one(words, table, descriptor, merge_class, eos):
+    """``words`` = the mask of merge class ``merge_class`` in the node ``descriptor`` describes (its address)."""
+    row = int64_at(descriptor)
+    kind, num_words = row[0], table[_NUM_WORDS]
+    lo, hi = int64_at(table[_OFFSETS])[merge_class], int64_at(table[_OFFSETS])[merge_class + 1]
+    if kind == ROW_DENSE:
+        XY, D = uint32_at(row[2]), uint32_at(row[4])
+        dense_row = int64_at(table[_DENSE_ROW])[merge_class]
+        if dense_row >= 0:
+            F = uint32_at(table[_DENSE] + 4 * dense_row * num_words)
+            for w in range(num_words):
+                words[w] = XY[w] ^ (D[w] & F[w])
+        else:
+            for w in range(num_words):
+                words[w] = XY[w]
+            _flip_forbidden(words, carray(D, num_words), _int32s(table, _ORDER), _int32s(table, _STARTS),
+                            _int32s(table, _ENDS), lo, hi)
+    else:
+        if kind == ROW_SPARSE_PACKED:
+            X = uint32_at(row[2])
+            for w in range(num_words):
+                words[w] = X[w]
+        else:
+            words[:] = 0
+            if kind == ROW_SPARSE:
+                _set_bits(words, carray(int32_at(row[2]), row[3]))
+        if kind != ROW_NONE:
+            position, starts, ends = _int32s(table, _POSITION), _int32s(table, _STARTS), _int32s(table, _ENDS)
+            _set_if_member(words, carray(int32_at(row[4]), row[5]), False, position, starts, ends, lo, hi)
+            _set_if_member(words, carray(int32_at(row[6]), row[7]), True, position, starts, ends, lo, hi)
+    if row[1]:
+        for t in eos:
+            words[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+
+
+@njit("void(uint32[::1], int64[::1], int64, int64, int64[::1])", **_KERNEL)
+def _fill_mask(words, table, descriptor, merge_class, eos):
+    _fill_one(words, table, descriptor, merge_class, eos)
+
+
+@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", **_KERNEL)
+def _fill_masks(out, out_rows, table, descriptors, merge_classes, eos):
+    for k in range(len(out_rows)):
+        _fill_one(out[out_rows[k]], table, descriptors[k], merge_classes[k], eos)
+
+
+def row_descriptor(kind: int, final: bool, *arrays: np.ndarray) -> list[int]:
+    """The ROW_FIELDS fields describing a node's rows ``arrays`` (up to three, C-contiguous, of the dtypes the
+    kind says; the caller keeps them alive)."""
+    fields = [kind, int(final)]
+    for array in arrays:
+        fields += [array.ctypes.data, len(array)]
+    return fields + [0] * (ROW_FIELDS - len(fields))
 
 
 @njit(**_KERNEL)
@@ -214,16 +279,19 @@ class ForbiddenSets:
         self._all_ones = np.full(self.num_words, np.uint32(0xFFFFFFFF))
         for row, mc in enumerate(dense.tolist()):
             self._flip(self.dense[row], self._all_ones, mc)
+        self.table = self._pointer_table()
 
     def __getstate__(self) -> dict:
         """Pickled with a guide (e.g. to a worker process), without the per-thread scratch rows."""
         state = self.__dict__.copy()
-        del state["_per_thread"]
+        for unpicklable in ("_per_thread", "table", "_table_arrays"):  # addresses are this process's
+            del state[unpicklable]
         return state
 
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._per_thread = threading.local()
+        self.table = self._pointer_table()
 
     def _scratch(self) -> np.ndarray:
         """This thread's row for ``_dead_flags`` to unpack a class into (all zero between calls)."""
@@ -237,22 +305,32 @@ class ForbiddenSets:
                         int(self.offsets[mc + 1]))
 
     # ---- masks --------------------------------------------------------------------------------------------
-    def dense_mask(self, XY: np.ndarray, D: np.ndarray, mc: int, out: np.ndarray) -> None:
-        """out = ``XY ^ (D & F[mc])``."""
-        row = self.dense_row[mc]
-        if row >= 0:
-            np.bitwise_and(D, self.dense[row], out=out)
-            np.bitwise_xor(out, XY, out=out)
-        else:
-            out[:] = XY
-            self._flip(out, D, mc)
+    def fill_mask(self, words: np.ndarray, descriptor: int, mc: int, eos: np.ndarray) -> None:
+        """``words`` (uint32[num_words]) = the mask of merge class ``mc`` in the node whose row descriptor is at
+        address ``descriptor``: X | (Y - F[mc]) | (Z & F[mc]), or XY ^ (D & F[mc]); the ``eos`` tokens too where
+        the node is final. Nothing is allocated; the GIL is released."""
+        _fill_mask(words, self.table, descriptor, mc, eos)
 
-    def sparse_mask(self, base: np.ndarray | None, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, mc: int,
-                    out: np.ndarray) -> None:
-        """out = ``base | X | (Y - F[mc]) | (Z & F[mc])``: short int32 token arrays over packed words (or none)."""
-        out[:] = 0 if base is None else base
-        _sparse_mask(out, X, Y, Z, self.position, self.starts, self.ends, int(self.offsets[mc]),
-                     int(self.offsets[mc + 1]))
+    def fill_masks(self, out: np.ndarray, out_rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray,
+                   eos: np.ndarray) -> None:
+        """``fill_mask`` for many rows in one compiled call (the GIL released once): row ``out_rows[k]`` of
+        ``out`` (uint32[rows, num_words]) gets the mask of ``(descriptors[k], mcs[k])`` (int64 arrays)."""
+        _fill_masks(out, out_rows, self.table, descriptors, mcs, eos)
+
+    def _pointer_table(self) -> np.ndarray:
+        """The table the mask kernels read (``_NUM_WORDS`` and (address, length) per array); the arrays it points
+        into are this object's own, never changed after construction."""
+        table = np.zeros(_TABLE_SIZE, dtype=np.int64)
+        table[_NUM_WORDS] = self.num_words
+        self._table_arrays = []
+        for slot, array, dtype in ((_ORDER, self.order, np.int32), (_POSITION, self.position, np.int32),
+                                   (_STARTS, self.starts, np.int32), (_ENDS, self.ends, np.int32),
+                                   (_OFFSETS, self.offsets, np.int64), (_DENSE_ROW, self.dense_row, np.int64),
+                                   (_DENSE, self.dense, np.uint32)):
+            array = np.ascontiguousarray(array, dtype=dtype)  # a copy only if the automaton stored another dtype
+            self._table_arrays.append(array)
+            table[slot], table[slot + 1] = array.ctypes.data, len(array)
+        return table
 
     # ---- liveness -----------------------------------------------------------------------------------------
     def dead_flags(self, class_bounds: np.ndarray, classes: np.ndarray, y_bounds: np.ndarray, Y: np.ndarray,

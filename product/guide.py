@@ -39,7 +39,6 @@ in a bounded LRU cache per guide whose rows are preallocated (computing a mask a
 
 from __future__ import annotations
 
-import bisect
 import operator
 import threading
 import weakref
@@ -53,7 +52,9 @@ from automata import EmptyLanguageError, StateLimitError, from_regex
 from automata.dfa import concat_aranges, find_sorted, group_by, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
-from product.forbidden import ForbiddenSets, pack
+from product.forbidden import (ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED, ForbiddenSets, pack,
+                               row_descriptor)
+from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
                                   pending_edges, pending_links, split_rows, stale_predecessors)
@@ -203,6 +204,7 @@ class Guide:
         # pending nodes).
         Y, self._pending_row_bounds = self._pending_rows()
         self._pending_row_tokens = Y.astype(np.int32, copy=False)
+        self._describe_rows()
         self._open_edges = self._successors = None  # only the rows (and liveness, for counted guides) from here on
         if _seeds is None:
             self._dead_bits = self._entering = self._entering_bounds = self._narrow = None
@@ -218,10 +220,10 @@ class Guide:
         self._lock = threading.Lock()
         self._slabs: list[np.ndarray] = []
         self._slab_views: list[memoryview] = []  # the same rows, for ``_cached_bit``
+        # built here, not on first use: on a guide just compiled, building it in the first advance cost ~35 µs
+        self._step_table = self._new_step_table()
         self._add_slab()
         self._advanced: dict[int, int] = {}  # advance's pairs already taken: state * V + token -> next state
-        # built here, not on first use: on a guide just compiled, building them in the first advance cost ~35 µs
-        self._scalar_step = self._step_tables()
         self._forced: dict[int, tuple[int, ...]] = {}
 
     # ---- storage (``product.library``): a compiled guide as named arrays, no pickle ---------------------------
@@ -299,6 +301,7 @@ class Guide:
         guide._rows = rows
         guide._pending_row_tokens, guide._pending_row_bounds = arrays["pending_row_tokens"], arrays["pending_row_bounds"]
         guide._pending_index = arrays["pending_index"]
+        guide._describe_rows()
         guide.initial_state = initial_state
         guide._status = guide._dead_row = guide._dead_bits = None  # liveness is in the rows already
         guide._init_mask_cache(cache_size)
@@ -309,8 +312,9 @@ class Guide:
         (rebuilt on use)."""
         state = self.__dict__.copy()
         del state["_lock"]
-        for cached in ("_scalar_step", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views"):
-            state.pop(cached, None)
+        for cached in ("_step_table", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views",
+                       "_row_descriptors", "_descriptor_base"):
+            state.pop(cached, None)  # memoryviews do not pickle; addresses are this process's
         return state
 
     def __setstate__(self, state: dict) -> None:
@@ -318,7 +322,12 @@ class Guide:
         self._lock = threading.Lock()
         self._slab_views = [memoryview(slab) for slab in self._slabs]
         self._advanced = {}
-        self._scalar_step = self._step_tables()
+        if "_rows" in state:  # a guide with rows of its own (a stitched guide has its fragments')
+            self._describe_rows()
+        self._step_table = self._new_step_table()  # addresses: this process's copies of the arrays
+        for k, slab in enumerate(self._slabs):
+            if self._step_table is not None:
+                self._step_table.set_slab(k, slab)
 
     # ---- sizes --------------------------------------------------------------------------------------------
     @property
@@ -368,22 +377,32 @@ class Guide:
         for state in states:
             self._split(state)
         view = out.view(np.uint32)
-        # Only the cache is touched under the lock; a mask not cached is computed into the caller's row outside it
-        # (the compiled kernels release the GIL), so threads filling rows of one guide compute in parallel, and
-        # the row is then copied into the cache. Two threads may compute one state at once: the second finds it
-        # cached and keeps the cached copy.
-        for i, state in enumerate(states):
-            row = view[i]
-            with self._lock:
+        # Only the cache is touched under the lock: cached masks are copied, the others computed into the caller's
+        # rows outside it, all in one call (``_fill_rows``: the compiled kernel releases the GIL), so threads
+        # filling rows of one guide compute in parallel; the new rows are then copied into the cache. A state
+        # repeated in the batch is computed once. Two threads may compute one state at once: the second to store
+        # it finds it cached and keeps the cached copy.
+        first_row: dict[int, int] = {}
+        repeats: list[tuple[int, int]] = []
+        with self._lock:
+            for i, state in enumerate(states):
                 cached = self._cached_row(state)
                 if cached is not None:
-                    row[:] = cached
-                    continue
-            self._fill_row(state, row)
-            with self._lock:
+                    view[i] = cached
+                elif state in first_row:
+                    repeats.append((i, first_row[state]))
+                else:
+                    first_row[state] = i
+        if not first_row:
+            return
+        self._fill_rows(view, list(first_row.values()), list(first_row))
+        for i, first in repeats:
+            view[i] = view[first]
+        with self._lock:
+            for state, i in first_row.items():
                 if state not in self._slot_of:
                     slot = self._free_slot()
-                    self._row_of(slot)[:] = row
+                    self._row_of(slot)[:] = view[i]
                     self._slot_of[state] = slot
 
     def advance(self, state: int, token_id: int) -> int:
@@ -412,44 +431,33 @@ class Guide:
         return self._step(operator.index(state), self.token_id(token_id))
 
     def _step(self, state: int, token: int) -> int:
-        """``advance`` without the table, for an int state and a token id inside the vocabulary: every check,
-        then the move (a counted guide overrides it to move its count too). One function over memoryviews
-        (``_scalar_step``): a method call or a numpy scalar costs ~0.1-0.3 µs here, and the calls this inlines
-        (``_split``, ``TokenTransitions.target``, ``CanonicalAutomaton.class_after``) were half of the time."""
-        (M, num_nodes, eos, node_q, node_ctx, offsets, tokens, targets, inside_next, boundary_next, after_class,
-         num_open) = self._scalar_step
-        node, mc = divmod(state, M)
-        if not 0 <= node < num_nodes:
+        """``advance`` without the table, for an int state and a token id inside the vocabulary: every check, then
+        the move, in one compiled call (``product._step_kernel``; a counted guide overrides it to move its count
+        too). The check reads the state's cached mask — a decoder advances from the state whose mask it just
+        filled — under the cache's lock; a state whose mask is not cached has the token's bit read from its node's
+        rows (``_allows``) instead of computing 16 KB of mask for one bit."""
+        try:
+            with self._lock:
+                nxt = step(self._step_table.table, state, token, self._slot_of.get(state, -1), -1)
+            if nxt == UNCACHED:
+                nxt = step(self._step_table.table, state, token, -1, int(self._allows(*divmod(state, self._M), token)))
+        except OverflowError:  # an int beyond int64
+            nxt = BAD_STATE
+        if nxt >= 0:
+            return nxt
+        if nxt == BAD_STATE:
             raise ValueError(f"{state} is not a state of this guide")
-        allowed = self._cached_bit(state, token)
-        if allowed is None:
-            allowed = self._allows(node, mc, token)
-        if not allowed:
+        if nxt == DISALLOWED:
             raise DisallowedTokenError(f"token {token} ({self._describe(token)}) is not allowed in state {state} "
                                        f"of {self.name!r}")
-        if token in eos:
-            return state
-        q = node_q[node]
-        i = bisect.bisect_left(tokens, token, offsets[q], offsets[q + 1])  # there: the mask allowed the token
-        ctx = node_ctx[node]
-        if ctx < num_open:  # class_after(known_allowed=True) for an open context, inline
-            nxt_ctx = inside_next[ctx, token]
-            if nxt_ctx < 0 or (boundary_next[ctx, token] >= 0 and self._automaton.forbids(mc, token)):
-                nxt_ctx = boundary_next[ctx, token]
-            nxt_mc = after_class[token]
-        else:
-            nxt_ctx, nxt_mc = divmod(self._automaton.class_after(ctx * M + mc, token, known_allowed=True), M)
-        return self._node_of[(targets[i], nxt_ctx)] * M + nxt_mc
+        raise CanonmergeError(f"guide {self.name!r} allows token {token} in state {state} but has no move for it: "
+                              "its compiled arrays are inconsistent")
 
-    def _step_tables(self) -> tuple:
-        """What ``_step`` reads (``_scalar_step``), with arrays as memoryviews (an item is a Python int; a numpy
-        scalar would make the rest of the step numpy-scalar arithmetic, ~0.1 µs an operation)."""
-        A = self._automaton
-        offsets, tokens, targets = self._transitions._scalar
-        views = A._scalar
-        return (self._M, self.num_nodes, frozenset(self.eos_token_ids), memoryview(self._node_q),
-                memoryview(self._node_ctx), offsets, tokens, targets, views["inside_next"], views["boundary_next"],
-                views["after_class"], A.num_open_contexts)
+    def _new_step_table(self) -> StepTable | None:
+        """What ``_step``'s compiled call reads (None for a guide whose steps are not ``Guide._step``'s)."""
+        if type(self)._step is not Guide._step:
+            return None
+        return StepTable(self, _SLAB_ROWS, -(-self._cache_size // _SLAB_ROWS))
 
     def token_id(self, token_id) -> int:
         """``token_id`` as an int of this vocabulary, or ``InvalidTokenError`` (not an int, or out of range)."""
@@ -596,6 +604,8 @@ class Guide:
         rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
         self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32))
         self._slab_views.append(memoryview(self._slabs[-1]))
+        if self._step_table is not None:
+            self._step_table.set_slab(len(self._slabs) - 1, self._slabs[-1])
 
     def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray) -> None:
         """Keep a node's rows of token ids: X (allowed whatever the merge class), Y (allowed unless in F[mc]),
@@ -617,21 +627,59 @@ class Guide:
             X = pack(X, n)
             XY = X | pack(Y, n)
             self._rows[node] = (False, XY, XY ^ (X | pack(Z, n)))
+        if "_row_descriptors" in self.__dict__:  # a row replaced after compiling (tests do)
+            self._describe_row(node)
+
+    def _describe_row(self, node: int) -> None:
+        """Write node ``node``'s row descriptor from ``_rows[node]`` (its arrays made C-contiguous of the dtypes the
+        kernel reads, and kept there)."""
+        row = self._rows[node]
+        if row[0] and row[1] is not None:
+            row = (True, _words(row[1]), _NO_TOKENS, _tokens(row[3]), _tokens(row[4]))
+            kind, arrays = ROW_SPARSE_PACKED, (row[1], row[3], row[4])
+        elif row[0]:
+            row = (True, None, _tokens(row[2]), _tokens(row[3]), _tokens(row[4]))
+            kind, arrays = ROW_SPARSE, row[2:]
+        else:
+            row = (False, _words(row[1]), _words(row[2]))
+            kind, arrays = ROW_DENSE, row[1:]
+        self._rows[node] = row
+        self._row_descriptors[node] = row_descriptor(kind, self._final[node], *arrays)
 
     def _compute_mask(self, node: int, mc: int, out: np.ndarray) -> None:
-        i = self._pending_index[node]
-        if i >= 0:
-            lo, hi = self._pending_row_bounds[i], self._pending_row_bounds[i + 1]
-            self._forbidden.sparse_mask(None, _NO_TOKENS, self._pending_row_tokens[lo:hi], _NO_TOKENS, mc, out)
-        else:
-            sparse, *rows = self._rows[node]
-            if sparse:
-                self._forbidden.sparse_mask(*rows, mc, out)
-            else:
-                self._forbidden.dense_mask(*rows, mc, out)
-        if self._final[node]:
-            for t in self.eos_token_ids:
-                out[t >> 5] |= np.uint32(1 << (t & 31))
+        self._forbidden.fill_mask(out, self._descriptor_base + node * _DESCRIPTOR_BYTES, mc, self._eos_array)
+
+    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int]) -> None:
+        """Compute the masks of ``states`` (checked) into rows ``out_rows`` of ``out``: in one compiled call that
+        releases the GIL once (``ForbiddenSets.fill_masks``), so threads filling rows of a batch run in parallel
+        (with a release per row, two threads were slower than one: each row's hand-off of the GIL cost more than
+        its mask). A guide whose ``_fill_row`` decodes more than a node (counted, stitched) fills row by row."""
+        if type(self)._fill_row is not Guide._fill_row:
+            for row, state in zip(out_rows, states):
+                self._fill_row(state, out[row])
+            return
+        nodes, mcs = np.divmod(np.array(states, dtype=np.int64), self._M)
+        self._forbidden.fill_masks(out, np.array(out_rows, dtype=np.int64),
+                                   self._descriptor_base + nodes * _DESCRIPTOR_BYTES, mcs, self._eos_array)
+
+    def _describe_rows(self) -> None:
+        """``_row_descriptors``: each node's rows as the mask kernels read them (``product.forbidden``): kind,
+        whether EOS is allowed, addresses and lengths of its arrays — those of ``_rows`` and, for a pending node,
+        its slice of ``_pending_row_tokens``, which the guide keeps unchanged from here on."""
+        descriptors = np.zeros((self.num_nodes, ROW_FIELDS), dtype=np.int64)
+        descriptors[:, 1] = self._final
+        self._pending_row_tokens = tokens = np.ascontiguousarray(self._pending_row_tokens, dtype=np.int32)
+        pending = np.flatnonzero(self._pending_index >= 0)
+        lo = self._pending_row_bounds[self._pending_index[pending]]
+        hi = self._pending_row_bounds[self._pending_index[pending] + 1]
+        descriptors[pending, 0] = ROW_SPARSE  # Y only
+        descriptors[pending, 4], descriptors[pending, 5] = tokens.ctypes.data + 4 * lo, hi - lo
+        self._row_descriptors = descriptors
+        for node, row in enumerate(self._rows):
+            if row:
+                self._describe_row(node)
+        self._descriptor_base = descriptors.ctypes.data
+        self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
 
     # ---- compilation: explore nodes, then liveness --------------------------------------------------------
     #
@@ -862,8 +910,17 @@ class Guide:
 
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
+
+
+def _tokens(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.int32)
+
+
+def _words(array: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(array, dtype=np.uint32)
 _MASK_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
 _NO_CLASSES = np.zeros(0, dtype=np.int64)
+_DESCRIPTOR_BYTES = ROW_FIELDS * 8  # a node's row descriptor: ROW_FIELDS int64
 _SLAB_ROWS = 32  # masks per preallocated slab (0.5 MB at a 128k vocabulary)
 _ADVANCED_LIMIT = 1 << 16  # pairs in ``advance``'s table before it is cleared (~7 MB at most)
 

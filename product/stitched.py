@@ -515,8 +515,8 @@ class StitchedGuide(Guide):
         self._init_mask_cache(cache_size)
         self._mask(self.initial_state)
 
-    def _step_tables(self) -> tuple:
-        return ()  # advance goes through the fragments' own guides
+    def _new_step_table(self) -> None:
+        return None  # advance goes through the fragments' own guides
 
     # ---- sizes ----
     @property
@@ -558,6 +558,18 @@ class StitchedGuide(Guide):
     def _fill_row(self, state: int, words: np.ndarray) -> None:
         i, inner = self._locate(state)
         self._guides[i]._fill_row(inner, words)
+
+    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int]) -> None:
+        """Each fragment guide fills its states' rows at once (one compiled call for a plain one)."""
+        by_guide: dict[int, tuple[Guide, list[int], list[int]]] = {}
+        for row, state in zip(out_rows, states):
+            i, inner = self._locate(state)
+            guide = self._guides[i]
+            _, rows, inners = by_guide.setdefault(id(guide), (guide, [], []))
+            rows.append(row)
+            inners.append(inner)
+        for guide, rows, inners in by_guide.values():
+            guide._fill_rows(out, rows, inners)
 
     def advance(self, state: int, token_id: int) -> int:
         i, inner = self._locate(state)

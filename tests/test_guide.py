@@ -398,14 +398,14 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock():
         guide._slot_of.clear()
     guide.fill_bitmask([first], np.zeros((1, guide.num_words), dtype=np.uint32))  # cached: first only
     computing, release = threading.Event(), threading.Event()
-    compute = guide._fill_row
+    compute = guide._fill_rows
 
-    def slow_fill_row(state, words):
+    def slow_fill_rows(out, out_rows, states):
         computing.set()
         assert release.wait(10)
-        compute(state, words)
+        compute(out, out_rows, states)
 
-    guide._fill_row = slow_fill_row
+    guide._fill_rows = slow_fill_rows
     out = np.zeros((2, guide.num_words), dtype=np.uint32)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(guide.fill_bitmask, [second], out[1:])
@@ -418,7 +418,7 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock():
         finally:
             release.set()
         pending.result()
-    del guide._fill_row
+    del guide._fill_rows
     expected = np.zeros_like(out)
     compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton).fill_bitmask([first, second], expected)
     assert np.array_equal(out, expected) and second in guide._slot_of
@@ -499,12 +499,15 @@ def test_bad_input_gets_typed_errors():
                 np.zeros(guide.num_words, dtype=np.int32)):
         with pytest.raises(ValueError, match="int32 or uint32 buffer"):
             guide.fill_bitmask([guide.initial_state, guide.initial_state], out)
-    for bad, error in ((2.0, TypeError), ("0", TypeError), (-1, ValueError), (10**12, ValueError)):
+    for bad, error in ((2.0, TypeError), ("0", TypeError), (-1, ValueError), (10**12, ValueError),
+                       (2**64, ValueError)):  # 2**64: beyond the compiled step's int64
         with pytest.raises(error, match="state"):
             guide.fill_bitmask([guide.initial_state, bad], good)
         assert not good.any()
         with pytest.raises(error, match="state"):
             guide.is_accepting(bad)
+        with pytest.raises(error, match="state"):
+            guide.advance(bad, 0)
     with pytest.raises(DisallowedTokenError):
         guide.advance(guide.initial_state, runtime_of("gpt2").token_to_id("maybe"))
     with pytest.raises(DisallowedTokenError):  # EOS before the text is complete
@@ -517,7 +520,7 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets():
     """Masks read F[mc] through the compiled kernels: packed once for the largest classes (Llama-3 has classes
     forbidding most of the vocabulary, among them the whole-piece class that forbids everything), walked
     interval by interval for the others, or tested token by token for short rows."""
-    from product.forbidden import DENSE_MIN, pack
+    from product.forbidden import DENSE_MIN, ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
     from product.guide import _forbidden_index
 
     automaton = automaton_of("llama3")
@@ -534,21 +537,30 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets():
     assert index.size[packed].min() >= DENSE_MIN > index.size[walked].max()
     assert index.size.max() == V  # the whole-piece class
     few = rng.choice(V, 300, replace=False)
+    x, y, z = (np.sort(few[parts[few] == k]).astype(np.int32) for k in (0, 1, 2))
+    X_packed, no_tokens = pack(np.flatnonzero(X), num_words), np.zeros(0, dtype=np.int32)
+    eos = np.array([V - 1], dtype=np.int64)
+    # row descriptors (what a guide keeps per node): dense, sparse, sparse over a packed X (a long X); final or not
+    descriptors = np.array([row_descriptor(ROW_DENSE, False, XY, D), row_descriptor(ROW_SPARSE, False, x, y, z),
+                            row_descriptor(ROW_SPARSE_PACKED, True, X_packed, y, z),
+                            row_descriptor(ROW_SPARSE, False, no_tokens, y, no_tokens)], dtype=np.int64)
+    address = lambda k: descriptors.ctypes.data + k * descriptors.strides[0]  # noqa: E731
     for mc in packed[:3].tolist() + packed[-3:].tolist() + walked[:3].tolist() + walked[-3:].tolist() + [0]:
         F = automaton.forbidden(mc)
-        expected = X | (Y & ~F) | (Z & F)
-        words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)  # masks overwrite what the buffer held
-        index.dense_mask(XY, D, mc, words)
-        bits = np.unpackbits(words.view(np.uint8), bitorder="little")
-        assert not bits[V:].any()
-        assert (bits[:V].astype(bool) == expected).all(), mc
-        x, y, z = (few[parts[few] == k].astype(np.int32) for k in (0, 1, 2))
-        index.sparse_mask(None, x, y, z, mc, words)
-        bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
-        assert np.array_equal(np.flatnonzero(bits), np.sort(few[expected[few]])), mc
-        index.sparse_mask(pack(np.flatnonzero(X), num_words), x[:0], y, z, mc, words)  # a long X, packed
-        bits = np.unpackbits(words.view(np.uint8), bitorder="little")[:V].astype(bool)
-        assert np.array_equal(bits, X | np.isin(np.arange(V), few[expected[few]])), mc
+        expected = [X | (Y & ~F) | (Z & F), np.isin(np.arange(V), few[(X | (Y & ~F) | (Z & F))[few]]),
+                    X | np.isin(np.arange(V), few[(X | (Y & ~F) | (Z & F))[few]]), np.isin(np.arange(V), y) & ~F]
+        expected[2][V - 1] = True  # final: EOS allowed
+        batch = np.full((6, num_words), 0xDEADBEEF, dtype=np.uint32)  # masks overwrite what the buffer held
+        index.fill_masks(batch, np.array([5, 0, 2, 3]), np.array([address(k) for k in range(4)]),
+                         np.full(4, mc, dtype=np.int64), eos)
+        for k, row in enumerate((5, 0, 2, 3)):
+            words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)
+            index.fill_mask(words, address(k), mc, eos)
+            assert np.array_equal(words, batch[row])  # one call per row or one for the batch: the same
+            bits = np.unpackbits(words.view(np.uint8), bitorder="little")
+            assert not bits[V:].any()
+            assert np.array_equal(bits[:V].astype(bool), expected[k]), (mc, k)
+        assert (batch[[1, 4]] == 0xDEADBEEF).all()  # rows not asked for are untouched
 
 
 def test_dead_classes_equal_the_automaton_sets():
