@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
+import unicodedata
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
 from bpe.assets import ASSETS, GGUF_BPE_VOCABS, GGUF_SPM_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
-from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
+from bpe.loaders import _GGUF_PRE_TOKENIZERS, PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
 
@@ -596,6 +598,57 @@ def test_gguf_golden_tokenizations_are_reproduced_and_accepted(vocab, tmp_path):
     automaton = compile_tokenizer(model)
     for text, ids in golden:
         assert automaton.accepts(ids), text
+
+
+
+# Text in the scripts DeepSeek's regexes name by range (CJK ideographs, U+0800..U+4E00 with kana and CJK
+# punctuation, Hangul) or by full-width punctuation, mixed with Latin, Greek, Cyrillic, code and digits.
+_MIXED_SCRIPT_TEXTS = [
+    "深度求索（DeepSeek）发布了新的代码模型：它支持中文、英文和多种编程语言！用户可以通过ＡＰＩ调用，"
+    "价格为每百万字１２３元。“你好，世界”——这是第一个程序。",
+    "안녕하세요! 오늘은 날씨가 좋습니다. 한국어 텍스트와 English words가 섞여 있습니다: 가격은 12,345원입니다.\n"
+    "서울특별시 종로구 세종대로 209 (2024년 12월 31일)",
+    "東京は日本の首都です。カタカナとひらがなを混ぜた文章：「コード」を書きましょう！　ｗｗｗ",
+    "Η γρήγορη καφέ αλεπού πηδάει πάνω από τον τεμπέλη σκύλο. Αριθμοί: 42, 3.14159.",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю! Цена: 1 234 руб.",
+    "def 计算(x: int) -> int:\n    # 返回平方值（整数）\n    return x ** 2  # 结果\n\nprint(计算(１２))  // 全角数字\n",
+    "ＦＵＬＬ　ＷＩＤＴＨ：！＂＃＄％＆＇（）＊＋，－．／０１２３４５６７８９：；＜＝＞？＠［＼］＾＿｀｛｜｝～",
+    "Mixed 中文English한국어Ελληνικά Русский ２０２４年１２月３１日 — 【注意】请勿“复制”‘粘贴’。\r\n\t  ",
+    "for (int i = 0; i < 10; ++i) { printf(\"第%d行：%s\\n\", i, 名字[i]); }  /* 주석 */",
+]
+
+
+@pytest.mark.parametrize("name", ["deepseek-coder", "deepseek-llm"])
+def test_deepseek_boundaries_equal_the_runtime_at_the_edges_of_every_named_range(name):
+    """The symbols split the categories at every end of every non-ASCII range the regexes write: strings of the
+    characters at and beside those ends (and whitespace, for deepseek-llm's final $) get the runtime's pieces."""
+    rules = _GGUF_PRE_TOKENIZERS[name][0]
+    segmentation = _segmentation(rules)
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(rule.pattern), "isolated") for rule in rules])
+    ends = {ord(c) for rule in rules for pair in re.findall(r"([^\\])-([^\]])", rule.pattern) for c in pair}
+    edges = sorted(chr(c + d) for c in ends if c >= 128 for d in (-1, 0, 1)
+                   if unicodedata.category(chr(c + d)) not in ("Cn", "Cs"))
+    assert len(edges) >= {"deepseek-coder": 10, "deepseek-llm": 300}[name]
+    alphabet = edges + ["a", "1", "!", " ", "  ", "\n", "\r", "\t", "\u3000", "\u00a0", "中", "한"]
+    rng = random.Random(11)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    texts += [t[:1000] for t in _real_texts()] + _MIXED_SCRIPT_TEXTS
+    for text in texts:
+        assert segmentation.marks(text) == _runtime_pieces(pre, text), repr(text)
+
+
+@pytest.mark.parametrize("vocab", ["deepseek-coder", pytest.param("deepseek-llm", marks=pytest.mark.slow)])
+def test_deepseek_pre_tokenizers_are_exact_on_mixed_script_text(vocab):
+    """DeepSeek's regexes name non-ASCII ranges (CJK, Hangul, full-width punctuation; deepseek-llm also 160
+    letter ranges and a final $). The runtime's encodings of text in those scripts are accepted, and respellings
+    of them (a token split into its merge operands, two tokens fused into one) are accepted exactly when the
+    runtime produces them: most are not, and are rejected."""
+    model = load_tokenizer(asset_path(f"gguf/ggml-vocab-{vocab}.gguf"))
+    runtime = to_runtime_tokenizer(model)
+    report: dict = {}
+    _assert_exact(model, runtime, _MIXED_SCRIPT_TEXTS, respellings=40, min_tokens=500, report=report)
+    assert report["judged"] >= 150, report
+    _assert_exact(model, runtime, _real_texts(), min_tokens=20_000)
 
 
 def test_gguf_plain_text_vocabulary_tokens_are_never_produced():
