@@ -179,16 +179,23 @@ def symbol_alphabet(named_sets: tuple[CodePointSet, ...] = ()) -> SymbolAlphabet
     if not named_sets:
         return SymbolAlphabet(categories, identity, {})
     named = np.unique(np.concatenate([np.arange(lo, hi + 1) for ranges in named_sets for lo, hi in ranges]))
-    membership = np.zeros((len(named_sets), len(named)), dtype=np.int64)
-    for k, ranges in enumerate(named_sets):
+
+    def member(ranges: CodePointSet) -> np.ndarray:
+        """bool over ``named``: the code points in ``ranges``."""
+        inside = np.zeros(len(named), dtype=bool)
         for lo, hi in ranges:
-            membership[k, np.searchsorted(named, lo):np.searchsorted(named, hi, side="right")] = 1
-    cells, cell_of = np.unique(np.vstack([categories[named].astype(np.int64), membership]), axis=1,
-                               return_inverse=True)
+            inside[np.searchsorted(named, lo):np.searchsorted(named, hi, side="right")] = True
+        return inside
+
+    # Refine one named set at a time: cells are numbered in the order of (category, membership bits).
+    cell_of = categories[named].astype(np.int64)
+    for ranges in named_sets:
+        cell_of = np.unique(cell_of * 2 + member(ranges), return_inverse=True)[1].ravel()
+    first = np.unique(cell_of, return_index=True)[1]
     covered = np.bincount(categories[named], minlength=NUM_CATEGORY_SYMBOLS) == _category_sizes()
-    cell_symbol = np.empty(cells.shape[1], dtype=np.int64)
+    cell_symbol = np.empty(len(first), dtype=np.int64)
     category = identity.tolist()
-    for cell, cat in enumerate(cells[0].tolist()):
+    for cell, cat in enumerate(categories[named[first]].tolist()):
         if covered[cat]:
             covered[cat] = False  # the first cell of a covered category takes its symbol
             cell_symbol[cell] = cat
@@ -199,9 +206,8 @@ def symbol_alphabet(named_sets: tuple[CodePointSet, ...] = ()) -> SymbolAlphabet
         raise UnsupportedTokenizerError(f"pre-tokenizer patterns split the characters into {len(category)} symbols "
                                         f"(at most {MAX_SYMBOLS})")
     table = categories.astype(np.uint8 if len(category) < 256 else np.uint16)
-    table[named] = cell_symbol[cell_of.ravel()]
-    members = {ranges: tuple(sorted(set(cell_symbol[cells[1 + k] == 1].tolist())))
-               for k, ranges in enumerate(named_sets)}
+    table[named] = cell_symbol[cell_of]
+    members = {ranges: tuple(np.unique(cell_symbol[cell_of[member(ranges)]]).tolist()) for ranges in named_sets}
     return SymbolAlphabet(table, np.array(category), members)
 
 

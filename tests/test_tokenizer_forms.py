@@ -66,8 +66,9 @@ def _segmentation(rules):
     return _SEGMENTATIONS[rules]
 
 
-@pytest.mark.parametrize("pattern", [_O200K_PATTERN, GPT2_PATTERN, " ", r"\p{N}", PUNCTUATION_PATTERN, "▁"],
-                         ids=["o200k", "gpt2", "space", "digit", "punct", "metaspace"])
+@pytest.mark.parametrize("pattern", [_O200K_PATTERN, GPT2_PATTERN, " ", r"\p{N}", PUNCTUATION_PATTERN, "▁",
+                                     r"\s+$", r"[一-龥ࠀ-一가-퟿，]+"],
+                         ids=["o200k", "gpt2", "space", "digit", "punct", "metaspace", "end_anchor", "cjk_ranges"])
 @pytest.mark.parametrize("behavior", _BEHAVIORS)
 @pytest.mark.parametrize("invert", [False, True])
 def test_split_boundaries_equal_the_runtime_for_every_behaviour(pattern, behavior, invert):
@@ -109,6 +110,24 @@ def test_removed_invert_is_the_isolated_form_when_the_pattern_matches_everything
         a = build_segmentation((SplitRule(pattern, "removed", True),))
         b = build_segmentation((SplitRule(pattern, "isolated"),))
         assert np.array_equal(a.transitions, b.transitions) and np.array_equal(a.final, b.final)
+
+
+@pytest.mark.parametrize("pattern,message", [
+    (r"a(?=b)c", "lookaround other than a final one-character lookahead"),
+    (r"(?<=a)b", "lookaround other than a final one-character lookahead"),
+    (r"^\s+", r"anchors other than a final \$"),
+    (r"\s+$|a$b", r"anchors other than a final \$"),
+    (r"[\p{L}&&[^a]]+", "nested classes and intersections"),
+    (r"(?i:é)", r"non-ASCII characters inside \(\?i:"),
+    (r"\w+", r"escape '\\\\w'"),
+    (r"\p{Greek}+", r"class \\p\{Greek\}"),
+    (r"[z-a]", "is empty"),
+    ("".join(chr(0x4E00 + k) for k in range(4000)), r"into 4140 symbols \(at most 4096\)"),
+], ids=["lookahead_inside", "lookbehind", "start_anchor", "end_anchor_inside", "intersection", "folded_non_ascii",
+        "word_escape", "script_class", "empty_range", "too_many_symbols"])
+def test_patterns_outside_the_model_are_refused_by_name(pattern, message):
+    with pytest.raises(UnsupportedTokenizerError, match=message):
+        build_segmentation((SplitRule(pattern),))
 
 
 # -- real tokenizers rewritten into other forms ------------------------------------------------------------------
@@ -226,6 +245,21 @@ def test_removed_text_is_never_allowed(tmp_path):
     assert b"".join(model.token_bytes[i] for i in ids) == b"Helloworld,it'sme"
     assert automaton.accepts(ids) == (runtime.encode("Helloworld,it'sme", add_special_tokens=False).ids == ids)
     _assert_exact(model, runtime, [t.replace(" ", "") for t in _real_texts()[::3]], min_tokens=3_000)
+
+
+def test_a_regex_naming_many_characters_takes_a_wider_symbol_table(tmp_path):
+    """250 characters written one by one refine the alphabet into 390 symbols: the symbol table turns uint16
+    (the automaton marks unread code points with the largest id), and GPT-2 under the regex is still exact."""
+    chars = [chr(0x4E00 + k) for k in range(250)]
+    data = _gpt2_json()
+    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        _split("(?:" + "|".join(chars) + ")+", "Isolated"), _byte_level()]}
+    model, runtime = _load_pair(data, tmp_path)
+    assert build_segmentation(model.pre_tokenizer).symbols.dtype == np.uint16
+    rng = random.Random(3)
+    texts = [text[:1500] + "".join(rng.choice(chars + [" ", "中文", "a", "\n"]) for _ in range(300))
+             for text in _real_texts()[::3]]
+    _assert_exact(model, runtime, texts, min_tokens=3_000)
 
 
 @pytest.mark.parametrize("scheme,split", [("never", True), ("never", False), ("always", True), ("first", False)])
