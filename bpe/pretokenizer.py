@@ -277,7 +277,7 @@ class _Class:
     named: CodePointSet = ()  # non-ASCII members
 
 
-# The character escapes Oniguruma (Ruby syntax) and the regex reader over symbols agree on, or that are rewritten.
+# The control-character escapes of Oniguruma's Ruby syntax (rewritten as \xHH for the regex reader over symbols).
 _CHARACTER_ESCAPES = {"t": 0x09, "n": 0x0A, "v": 0x0B, "f": 0x0C, "r": 0x0D, "a": 0x07, "e": 0x1B}
 
 
@@ -286,7 +286,9 @@ def _read_escape(pattern: str, i: int) -> tuple[str | int, bool, int]:
     ``(code point, False, end)`` for a character."""
     c = pattern[i + 1 : i + 2]
     if c in ("p", "P") and pattern[i + 2 : i + 3] == "{":
-        end = pattern.index("}", i) + 1
+        end = pattern.find("}", i) + 1
+        if not end:
+            raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:]!r} is not closed")
         key = r"\p" + pattern[i + 2 : end]
         if key not in _CLASSES:
             raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:end]} is not supported")
@@ -298,7 +300,8 @@ def _read_escape(pattern: str, i: int) -> tuple[str | int, bool, int]:
     if c == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", pattern[i + 2 : i + 6]):
         return int(pattern[i + 2 : i + 6], 16), False, i + 6
     hexadecimal = re.match(r"x(?:\{([0-9a-fA-F]{1,8})\}|([0-7][0-9a-fA-F]))", pattern[i + 1 :])
-    if hexadecimal:  # \xHH above 7F is a byte of a UTF-8 sequence to Oniguruma: not supported
+    if hexadecimal and int(hexadecimal.group(1) or hexadecimal.group(2), 16) <= 0x10FFFF:
+        # (\xHH above 7F is a byte of a UTF-8 sequence to Oniguruma: not supported)
         return int(hexadecimal.group(1) or hexadecimal.group(2), 16), False, i + 1 + hexadecimal.end()
     if not c or (c.isascii() and c.isalnum()):
         raise UnsupportedTokenizerError(f"pre-tokenizer escape {pattern[i : i + 2]!r} is not supported")
