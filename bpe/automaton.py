@@ -54,7 +54,7 @@ from automata.dfa import find_sorted, row_bounds, unique_rows
 from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
-from bpe.pretokenizer import NUM_SYMBOLS, Segmentation, build_segmentation
+from bpe.pretokenizer import Segmentation, build_segmentation
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
@@ -594,12 +594,12 @@ class _ContextBuilder:
         self.seg = segmentation
         self.shapes = shapes
         n = segmentation.num_states
-        self.trans = np.vstack([segmentation.transitions, np.full((1, NUM_SYMBOLS + 1), -1, np.int32)])
+        self.trans = np.vstack([segmentation.transitions, np.full((1, segmentation.hash_symbol + 1), -1, np.int32)])
         self.trans[self.trans < 0] = n  # n: dead
         self.final_mask = sum(1 << s for s in range(n) if segmentation.final[s])
         # States where a piece may end: whole-piece tokens must leave the boundary DFA in one of them.
         self.closable_bits = np.uint64(sum(1 << s for s in range(n) if segmentation.final[s]
-                                           or segmentation.transitions[s, Segmentation.HASH] >= 0))
+                                           or segmentation.transitions[s, segmentation.hash_symbol] >= 0))
         self.walk = self._walk_all()  # [n + 1, V]: state after the token's whole characters
         self.bit = np.array([1 << s for s in range(n)] + [0], dtype=np.uint64)
         self.completions: dict[bytes, tuple[bytes, int]] = {}
@@ -669,13 +669,14 @@ class _ContextBuilder:
                 self.completions[tail] = (b"dead", 0)
                 return self.completions[tail]
             cps = np.arange(lo, hi + 1)
-            behaviour = self.seg.symbols[cps].astype(np.uint8)
-            behaviour[(cps >= 0xD800) & (cps <= 0xDFFF)] = 255  # surrogates are not characters
+            behaviour = self.seg.symbols[cps]  # a copy (uint8, or uint16 for large alphabets)
+            never = np.iinfo(behaviour.dtype).max  # no symbol's id: marks code points no text reads here
+            behaviour[(cps >= 0xD800) & (cps <= 0xDFFF)] = never  # surrogates are not characters
             if self.excluded is not None:  # characters the normaliser always rewrites never reach BPE
-                behaviour[self.excluded[cps]] = 255
+                behaviour[self.excluded[cps]] = never
             if self.tok.byte_fallback:  # byte fallback spells only what the vocabulary lacks
-                behaviour[self.vocab_code_points[cps]] = 255
-            syms = np.unique(behaviour[behaviour != 255])
+                behaviour[self.vocab_code_points[cps]] = never
+            syms = np.unique(behaviour[behaviour != never])
             live = 0
             for s in range(self.seg.num_states):
                 if len(syms) and (self.trans[s, syms] < self.seg.num_states).any():
@@ -704,7 +705,7 @@ class _ContextBuilder:
         boundary = np.zeros(V, dtype=np.uint64)
         for s in members:
             inside |= self.bit[self.walk[s]]
-            h = int(self.seg.transitions[s, Segmentation.HASH])
+            h = int(self.seg.transitions[s, self.seg.hash_symbol])
             if h >= 0:
                 boundary |= self.bit[self.walk[h]]
         starts_clean = shapes.lead == 0

@@ -17,14 +17,26 @@ inside the pieces of the previous one, seeing a piece's end as the end of the te
 
 Assumptions, checked against the runtime in the tests: each alternative's backtracking match is its longest
 match (true of every pre-tokenizer pattern in use: greedy quantifiers over disjoint classes); lookahead only as
-a one-character class at the end of an alternative (``\\s+(?!\\S)``); no alternative matches the empty
+a one-character class at the end of an alternative (``\\s+(?!\\S)``), and ``$`` only there too (DeepSeek's
+``\\s+$``): the runtime's regex engine (Oniguruma, Ruby syntax) reads ``$`` as "before a newline or at the
+end", which is the lookahead ``(?=\\n)`` that also holds at the end of the text; no alternative matches the empty
 string. Patterns outside this get ``UnsupportedTokenizerError``.
 
-Characters are reduced to *symbols*: each ASCII character is its own symbol; other characters fall into
-letters by case class (Lu, Ll, Lt, Lm, Lo), marks, numbers, punctuation, whitespace (the White_Space property)
-and the rest, plus the two non-ASCII letters that case-insensitive matching folds onto ASCII (``ſ`` -> s,
-``K`` (Kelvin) -> k), plus one symbol per non-ASCII character a pattern names literally
-(``Segmentation.symbols`` maps code points to symbols for one rule set).
+Characters are reduced to *symbols* (``SymbolAlphabet``), the coarsest partition of the code points that every
+pattern of the rule set treats alike, found by refining a fixed one:
+
+- each ASCII character is its own symbol;
+- the other characters fall into *categories*: letters by case class (Lu, Ll, Lt, Lm, Lo), marks, numbers,
+  punctuation, whitespace (the White_Space property) and the rest, plus the two non-ASCII letters that
+  case-insensitive matching folds onto ASCII (``ſ`` -> s, ``K`` (Kelvin) -> k);
+- every *named set* — the non-ASCII members of one bracket class (its ranges and literal characters, e.g.
+  DeepSeek's ``[一-龥ࠀ-一가-퟿]``), or one non-ASCII character written outside a class (Metaspace's ``▁``) —
+  splits the categories it cuts: a symbol per non-empty cell of (category, membership in each named set).
+
+A pattern tests a character only through its category (``\\p{L}``, ``\\s``...) and the named sets it writes, so
+every character of a cell matches exactly where the others do. Patterns naming no non-ASCII character keep the
+140 fixed symbols. ``Segmentation.symbols`` maps code points to symbols for one rule set.
+
 The construction is a subset construction over *threads*, each one hypothesis about the current piece plus
 the obligations earlier pieces left behind ("alternative j must not produce a longer match here").
 """
@@ -34,7 +46,7 @@ from __future__ import annotations
 import re
 import unicodedata
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 import numpy as np
 
@@ -43,27 +55,30 @@ from automata.errors import CanonmergeError
 from bpe.errors import UnsupportedTokenizerError
 from bpe.model import SplitRule
 
-__all__ = ["Segmentation", "build_segmentation", "symbol_table"]
+__all__ = ["Segmentation", "SymbolAlphabet", "build_segmentation", "symbol_alphabet"]
 
-# Symbols: 0..127 ASCII, then the non-ASCII categories the patterns in use distinguish (letters by case class,
-# marks, numbers, White_Space, punctuation, the rest), then slots for non-ASCII characters a pattern names
-# literally (Metaspace's "▁", a full-width bracket...), assigned per segmentation.
+# ----------------------------------------------------------------------------------------------------------
+# Symbols.
+
+# Fixed symbols: 0..127 ASCII, then the non-ASCII categories the patterns in use distinguish (letters by case
+# class, marks, numbers, White_Space, punctuation, the rest, and the two letters (?i:) folds onto ASCII).
 LETTER, NUMBER, SPACE, OTHER, LONG_S, KELVIN, PUNCT, UPPER, LOWER, TITLE, MODIFIER, MARK = range(128, 140)
-_FIRST_SLOT = 140
-LITERAL_SLOTS = 8
-NUM_SYMBOLS = _FIRST_SLOT + LITERAL_SLOTS
-_PLACEHOLDER = {LETTER: "\ue000", NUMBER: "\ue001", SPACE: "\ue002", OTHER: "\ue003", LONG_S: "\u017f",
-                KELVIN: "\u212a", PUNCT: "\ue004", UPPER: "\ue005", LOWER: "\ue006", TITLE: "\ue007",
-                MODIFIER: "\ue008", MARK: "\ue009"}
-_PLACEHOLDER.update({_FIRST_SLOT + k: chr(0xE010 + k) for k in range(LITERAL_SLOTS)})
-# The Unicode category each non-ASCII symbol stands for ("Zs" for the White_Space symbol, "Cn" for the rest).
+NUM_CATEGORY_SYMBOLS = 140
+MAX_SYMBOLS = 4096  # the refined alphabet's limit (the table is uint16 beyond 255 symbols)
+# In the regexes rewritten over symbols, each non-ASCII symbol is one character: a private-use placeholder
+# (the two folded letters stand for themselves, which (?i:) rewriting writes literally).
+_CATEGORY_PLACEHOLDER = {LETTER: "\ue000", NUMBER: "\ue001", SPACE: "\ue002", OTHER: "\ue003", LONG_S: "\u017f",
+                         KELVIN: "\u212a", PUNCT: "\ue004", UPPER: "\ue005", LOWER: "\ue006", TITLE: "\ue007",
+                         MODIFIER: "\ue008", MARK: "\ue009"}
+_FIRST_REFINED_PLACEHOLDER = 0xE010  # refined symbols 140.. (up to MAX_SYMBOLS stays in the private-use area)
+# The Unicode category each category symbol stands for ("Zs" for the White_Space symbol, "Cn" for the rest).
 _SYMBOL_CATEGORY = {LETTER: "Lo", NUMBER: "N", SPACE: "Zs", OTHER: "Cn", LONG_S: "Ll", KELVIN: "Lu", PUNCT: "P",
                     UPPER: "Lu", LOWER: "Ll", TITLE: "Lt", MODIFIER: "Lm", MARK: "M"}
 _LETTER_SYMBOL = {"Lo": LETTER, "Lu": UPPER, "Ll": LOWER, "Lt": TITLE, "Lm": MODIFIER}
 # Unicode White_Space outside ASCII (what Oniguruma's \s matches; Python's str.isspace differs on \x1c-\x1f).
 _NON_ASCII_SPACE = [0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
 _ASCII_SPACE = "\t\n\x0b\x0c\r "
-# The classes a pattern may use, as tests on (character, its category, whether it is White_Space).
+# The Unicode classes a pattern may use, as tests on (a character's category, whether it is White_Space).
 _CLASSES = {
     r"\p{L}": lambda cat, space: cat[0] == "L",
     r"\p{Lu}": lambda cat, space: cat == "Lu",
@@ -77,23 +92,14 @@ _CLASSES = {
     r"\s": lambda cat, space: space,
 }
 
-
-def _class_members(test, extra: dict[str, int]) -> str:
-    """The text inside [...] of a class over the symbol alphabet: ASCII members, symbol placeholders, slots."""
-    members = [chr(c) for c in range(128)
-               if test(unicodedata.category(chr(c)), chr(c) in _ASCII_SPACE)]
-    members += [_PLACEHOLDER[s] for s, cat in _SYMBOL_CATEGORY.items() if test(cat if cat != "Zs" else "Zs", s == SPACE)]
-    members += [_PLACEHOLDER[slot] for char, slot in extra.items()
-                if test(unicodedata.category(char), ord(char) in _NON_ASCII_SPACE)]
-    return "".join("\\" + c if c in "\\]^-[" else c for c in members)
-
-
-_CLASS_TEXT = {key: _class_members(test, {}) for key, test in _CLASSES.items()}
+# A named set: the non-ASCII code points one class (or one literal character) names, as sorted, disjoint,
+# non-adjacent inclusive ranges.
+CodePointSet = tuple[tuple[int, int], ...]
 
 
 @lru_cache(maxsize=1)
-def symbol_table() -> np.ndarray:
-    """uint8[0x110000]: the symbol of every code point."""
+def _category_symbols() -> np.ndarray:
+    """uint8[0x110000]: the fixed symbol of every code point (ASCII itself, the others their category)."""
     table = np.full(0x110000, OTHER, dtype=np.uint8)
     table[:128] = np.arange(128)
     for cp in range(128, 0x110000):
@@ -111,59 +117,122 @@ def symbol_table() -> np.ndarray:
     return table
 
 
-def _literal_class_text(slots: dict[str, int]) -> dict[str, str]:
-    """_CLASS_TEXT with each literal slot added to the classes its character belongs to."""
-    if not slots:
-        return _CLASS_TEXT
-    return {key: _class_members(test, slots) for key, test in _CLASSES.items()}
+@lru_cache(maxsize=1)
+def _category_sizes() -> np.ndarray:
+    return np.bincount(_category_symbols(), minlength=NUM_CATEGORY_SYMBOLS)
 
 
-def _literal_slots(rules: tuple[SplitRule, ...]) -> dict[str, int]:
-    """Non-ASCII characters the patterns name literally (outside escapes), each given a symbol of its own."""
-    chars: list[str] = []
-    for rule in rules:
-        i = 0
-        while i < len(rule.pattern):
-            c = rule.pattern[i]
-            if c == "\\":
-                i += 2
-                continue
-            if ord(c) >= 128 and c not in "\u017f\u212a" and c not in chars:
-                chars.append(c)
-            i += 1
-    if len(chars) > LITERAL_SLOTS:
-        raise UnsupportedTokenizerError(f"pre-tokenizer patterns name {len(chars)} distinct non-ASCII characters "
-                                        f"(at most {LITERAL_SLOTS})")
-    return {c: _FIRST_SLOT + k for k, c in enumerate(chars)}
+@dataclass(frozen=True, eq=False)
+class SymbolAlphabet:
+    """The symbols of one rule set (see the module docstring). Build with ``symbol_alphabet``.
+
+    ``table``: uint8[0x110000] (uint16 beyond 255 symbols), the symbol of every code point; ``category``:
+    int[size], the category symbol each symbol refines (itself for ASCII and category symbols); ``members``:
+    the symbols that make up each named set.
+    """
+
+    table: np.ndarray
+    category: np.ndarray
+    members: dict[CodePointSet, tuple[int, ...]]
+
+    @property
+    def size(self) -> int:
+        return len(self.category)
+
+    @property
+    def end_of_text(self) -> int:
+        """The index that stands for the end of the text where a lookahead reads the next symbol."""
+        return self.size
+
+    def placeholder(self, symbol: int) -> str:
+        """The character that stands for ``symbol`` in a regex rewritten over symbols."""
+        if symbol < 128:
+            return chr(symbol)
+        if symbol < NUM_CATEGORY_SYMBOLS:
+            return _CATEGORY_PLACEHOLDER[symbol]
+        return chr(_FIRST_REFINED_PLACEHOLDER + symbol - NUM_CATEGORY_SYMBOLS)
+
+    @cached_property
+    def regex_alphabet(self) -> Alphabet:
+        """The alphabet of the rewritten regexes' DFAs: symbol i is its placeholder."""
+        return Alphabet.of_chars([self.placeholder(s) for s in range(self.size)])
+
+    @cached_property
+    def class_members(self) -> dict[str, str]:
+        """Per Unicode class (``_CLASSES``), its members as the text inside ``[...]`` of a rewritten regex."""
+        categories = [_SYMBOL_CATEGORY[int(c)] for c in self.category[128:]]
+        out = {}
+        for key, test in _CLASSES.items():
+            ascii_members = [c for c in range(128) if test(unicodedata.category(chr(c)), chr(c) in _ASCII_SPACE)]
+            out[key] = "".join(_regex_char(c) for c in ascii_members) + "".join(
+                self.placeholder(s) for s, cat in enumerate(categories, start=128) if test(cat, cat == "Zs"))
+        return out
 
 
-def _segmentation_symbols(slots: dict[str, int]) -> np.ndarray:
-    if not slots:
-        return symbol_table()
-    table = symbol_table().copy()
-    for char, slot in slots.items():
-        table[ord(char)] = slot
-    return table
+@lru_cache(maxsize=16)
+def symbol_alphabet(named_sets: tuple[CodePointSet, ...] = ()) -> SymbolAlphabet:
+    """The category symbols refined by ``named_sets``: a symbol per non-empty cell of (category, membership in
+    each named set). Cells outside every named set keep their category's symbol; a category that named sets
+    cover entirely hands its symbol to its first cell; every other cell gets a new symbol (140..)."""
+    categories = _category_symbols()
+    identity = np.arange(NUM_CATEGORY_SYMBOLS)
+    if not named_sets:
+        return SymbolAlphabet(categories, identity, {})
+    named = np.unique(np.concatenate([np.arange(lo, hi + 1) for ranges in named_sets for lo, hi in ranges]))
+
+    def member(ranges: CodePointSet) -> np.ndarray:
+        """bool over ``named``: the code points in ``ranges``."""
+        inside = np.zeros(len(named), dtype=bool)
+        for lo, hi in ranges:
+            inside[np.searchsorted(named, lo):np.searchsorted(named, hi, side="right")] = True
+        return inside
+
+    # Refine one named set at a time: cells are numbered in the order of (category, membership bits).
+    cell_of = categories[named].astype(np.int64)
+    for ranges in named_sets:
+        cell_of = np.unique(cell_of * 2 + member(ranges), return_inverse=True)[1].ravel()
+    first = np.unique(cell_of, return_index=True)[1]
+    covered = np.bincount(categories[named], minlength=NUM_CATEGORY_SYMBOLS) == _category_sizes()
+    cell_symbol = np.empty(len(first), dtype=np.int64)
+    category = identity.tolist()
+    for cell, cat in enumerate(categories[named[first]].tolist()):
+        if covered[cat]:
+            covered[cat] = False  # the first cell of a covered category takes its symbol
+            cell_symbol[cell] = cat
+        else:
+            cell_symbol[cell] = len(category)
+            category.append(cat)
+    if len(category) > MAX_SYMBOLS:
+        raise UnsupportedTokenizerError(f"pre-tokenizer patterns split the characters into {len(category)} symbols "
+                                        f"(at most {MAX_SYMBOLS})")
+    table = categories.astype(np.uint8 if len(category) < 256 else np.uint16)
+    table[named] = cell_symbol[cell_of]
+    members = {ranges: tuple(np.unique(cell_symbol[cell_of[member(ranges)]]).tolist()) for ranges in named_sets}
+    return SymbolAlphabet(table, np.array(category), members)
 
 
 @dataclass(frozen=True, eq=False)
 class Segmentation:
-    """DFA over symbols plus ``HASH`` (column ``NUM_SYMBOLS``) of correctly marked texts.
+    """DFA over symbols plus ``#`` (the last column, ``hash_symbol``) of correctly marked texts.
 
-    ``transitions`` int32[states, NUM_SYMBOLS + 1] (-1: rejected); ``final[s]``: the text may end in s;
-    state 0 is the start. Trimmed: every state can still reach a final state. A tokenizer without split rules
-    has one state that loops on every symbol and never allows ``#``.
+    ``transitions`` int32[states, symbols + 1] (-1: rejected); ``final[s]``: the text may end in s; state 0 is
+    the start; ``symbols`` (uint8 or uint16[0x110000]): the symbol of each code point. Trimmed: every state can
+    still reach a final state. A tokenizer without split rules has one state that loops on every symbol and
+    never allows ``#``.
     """
 
     transitions: np.ndarray
     final: np.ndarray
-    symbols: np.ndarray = field(default_factory=lambda: symbol_table())  # uint8[0x110000]: symbol of each code point
-
-    HASH = NUM_SYMBOLS
+    symbols: np.ndarray = field(default_factory=lambda: symbol_alphabet().table)
 
     @property
     def num_states(self) -> int:
         return len(self.final)
+
+    @property
+    def hash_symbol(self) -> int:
+        """The column of ``#``, after the character symbols."""
+        return self.transitions.shape[1] - 1
 
     def marks(self, text: str) -> list[str] | None:
         """Pieces of ``text`` as this automaton draws them (for tests): one pass over the text, keeping every
@@ -175,7 +244,7 @@ class Segmentation:
             nxt: dict[int, list[int]] = {}
             for s, cuts in frontier.items():
                 if i > 0:
-                    h = int(self.transitions[s, self.HASH])
+                    h = int(self.transitions[s, self.hash_symbol])
                     if h >= 0:
                         t = int(self.transitions[h, sym])
                         if t >= 0:
@@ -192,14 +261,168 @@ class Segmentation:
 
 
 # ----------------------------------------------------------------------------------------------------------
-# Parsing a split pattern into alternatives over the symbol alphabet.
+# Reading a split pattern: its classes, and the alternatives rewritten over the symbol alphabet.
+#
+# A pattern is cut into *parts*: text passed on unchanged to the regex over symbols (one character, or one
+# escape, at a time), and classes (``_Class``): bracket classes, the Unicode class escapes, and non-ASCII
+# characters written outside a class. The non-ASCII members of each class are a named set; once the alphabet
+# is known, a class is rewritten as ``[...]`` over its ASCII members and the placeholders of its symbols.
+
+
+@dataclass(frozen=True)
+class _Class:
+    negated: bool = False
+    ascii: tuple[tuple[int, int], ...] = ()  # ASCII members: inclusive ranges
+    unicode: tuple[str, ...] = ()  # Unicode classes among the members (keys of _CLASSES)
+    named: CodePointSet = ()  # non-ASCII members
+
+
+# The control-character escapes of Oniguruma's Ruby syntax (rewritten as \xHH for the regex reader over symbols).
+_CHARACTER_ESCAPES = {"t": 0x09, "n": 0x0A, "v": 0x0B, "f": 0x0C, "r": 0x0D, "a": 0x07, "e": 0x1B}
+
+
+def _read_escape(pattern: str, i: int) -> tuple[str | int, bool, int]:
+    """The escape at ``pattern[i]`` (a backslash): ``(key of _CLASSES, negated, end)`` for a class escape,
+    ``(code point, False, end)`` for a character."""
+    c = pattern[i + 1 : i + 2]
+    if c in ("p", "P") and pattern[i + 2 : i + 3] == "{":
+        end = pattern.find("}", i) + 1
+        if not end:
+            raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:]!r} is not closed")
+        key = r"\p" + pattern[i + 2 : end]
+        if key not in _CLASSES:
+            raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:end]} is not supported")
+        return key, c == "P", end
+    if c in ("s", "S"):
+        return r"\s", c == "S", i + 2
+    if c in _CHARACTER_ESCAPES:
+        return _CHARACTER_ESCAPES[c], False, i + 2
+    if c == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", pattern[i + 2 : i + 6]):
+        return int(pattern[i + 2 : i + 6], 16), False, i + 6
+    hexadecimal = re.match(r"x(?:\{([0-9a-fA-F]{1,8})\}|([0-7][0-9a-fA-F]))", pattern[i + 1 :])
+    if hexadecimal and int(hexadecimal.group(1) or hexadecimal.group(2), 16) <= 0x10FFFF:
+        # (\xHH above 7F is a byte of a UTF-8 sequence to Oniguruma: not supported)
+        return int(hexadecimal.group(1) or hexadecimal.group(2), 16), False, i + 1 + hexadecimal.end()
+    if not c or (c.isascii() and c.isalnum()):
+        raise UnsupportedTokenizerError(f"pre-tokenizer escape {pattern[i : i + 2]!r} is not supported")
+    return ord(c), False, i + 2
+
+
+def _read_class(pattern: str, i: int) -> tuple[_Class, int]:
+    """The bracket class opening at ``pattern[i]`` and the index after it. Members: characters, escapes, ranges
+    (an ASCII-to-non-ASCII range splits into both parts), Unicode class escapes; a ``]`` first is a member."""
+    start, i = i, i + 1
+    negated = pattern[i : i + 1] == "^"
+    i += negated
+    ascii_members, unicode, named = [], [], []
+    first = True
+    while True:
+        if i >= len(pattern):
+            raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[start:]!r} is not closed")
+        c = pattern[i]
+        if c == "]" and not first:
+            break
+        first = False
+        if c == "[" or pattern.startswith("&&", i):
+            raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[start:]!r}: nested classes and "
+                                            "intersections are not supported")
+        if c == "\\":
+            low, negated_member, i = _read_escape(pattern, i)
+            if isinstance(low, str):
+                if negated_member:
+                    raise UnsupportedTokenizerError(f"negated class escape inside [...] of {pattern!r} is not "
+                                                    "supported")
+                unicode.append(low)
+                continue
+        else:
+            low, i = ord(c), i + 1
+        high = low
+        if pattern[i : i + 1] == "-" and pattern[i + 1 : i + 2] not in ("]", ""):
+            if pattern[i + 1] == "\\":
+                high, _, i = _read_escape(pattern, i + 1)
+                if isinstance(high, str):
+                    raise UnsupportedTokenizerError(f"pre-tokenizer range ending in a class in {pattern!r}")
+            else:
+                high, i = ord(pattern[i + 1]), i + 2
+            if high < low:
+                raise UnsupportedTokenizerError(f"pre-tokenizer range {chr(low)}-{chr(high)} in {pattern!r} is empty")
+        if low < 128:
+            ascii_members.append((low, min(high, 127)))
+        if high >= 128:
+            named.append((max(low, 128), high))
+    return _Class(negated, tuple(ascii_members), tuple(unicode), _disjoint(named)), i + 1
+
+
+def _disjoint(ranges: list[tuple[int, int]]) -> CodePointSet:
+    """Inclusive ranges as sorted, disjoint, non-adjacent ones (so equal sets are equal tuples)."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(ranges):
+        if out and lo <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
+
+
+def _pattern_parts(pattern: str) -> list[str | _Class]:
+    """``pattern`` cut into classes and pass-through text (see above); ASCII escapes are written the way the
+    regex reader over symbols reads them."""
+    parts: list[str | _Class] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "[":
+            cls, i = _read_class(pattern, i)
+            parts.append(cls)
+        elif c == "\\":
+            value, negated, i = _read_escape(pattern, i)
+            if isinstance(value, str):
+                parts.append(_Class(negated, unicode=(value,)))
+            elif value >= 128:
+                parts.append(_Class(named=((value, value),)))
+            else:
+                parts.append(_regex_char(value))
+        elif ord(c) >= 128:
+            parts.append(_Class(named=((ord(c), ord(c)),)))
+            i += 1
+        else:
+            parts.append(c)
+            i += 1
+    return parts
+
+
+def _regex_char(code: int) -> str:
+    """An ASCII character as one literal in a regex, in or out of ``[...]``."""
+    return re.escape(chr(code)) if 0x20 <= code < 0x7F else f"\\x{code:02x}"
+
+
+def _named_sets(rules: tuple[SplitRule, ...]) -> tuple[CodePointSet, ...]:
+    """Every named set of the rules' patterns, once each, in order."""
+    sets = [part.named for rule in rules for part in _pattern_parts(_fold_extras(rule.pattern))
+            if isinstance(part, _Class) and part.named]
+    return tuple(dict.fromkeys(sets))
+
+
+def _to_symbol_regex(parts: list[str | _Class], alphabet: SymbolAlphabet) -> str:
+    """A pattern's parts over the symbol placeholders: each class as ``[...]`` of its ASCII members and the
+    placeholders of the symbols it holds (interegular knows no \\p{..}, and the symbols refine no class)."""
+    out = []
+    for part in parts:
+        if isinstance(part, str):
+            out.append(part)
+            continue
+        members = [_regex_char(lo) + (f"-{_regex_char(hi)}" if hi > lo else "") for lo, hi in part.ascii]
+        members += [alphabet.class_members[key] for key in part.unicode]
+        members += [alphabet.placeholder(s) for s in alphabet.members.get(part.named, ())]
+        out.append(("[^" if part.negated else "[") + "".join(members) + "]")
+    return "".join(out)
 
 
 @dataclass(frozen=True)
 class _Alternative:
-    body: np.ndarray  # int32[states, NUM_SYMBOLS]; state 0 start
+    body: np.ndarray  # int32[states, symbols]; state 0 start
     accepting: np.ndarray
-    lookahead: np.ndarray | None  # bool[NUM_SYMBOLS + 1] (last: end of text): where a match may end
+    lookahead: np.ndarray | None  # bool[symbols + 1] (last: end of text): where a match may end
     dead: int  # the absorbing non-accepting state added to make ``body`` total
 
 
@@ -230,62 +453,13 @@ def _top_level_split(pattern: str) -> list[str]:
     return parts
 
 
-def _to_symbol_regex(pattern: str, slots: dict[str, int] | None = None) -> str:
-    """Rewrite Unicode classes as classes over the symbol placeholders (interegular knows no \\p{..}), and
-    literal non-ASCII characters as their slots' placeholders."""
-    slots = slots or {}
-    classes = _literal_class_text(slots)
-    out, i, in_class = [], 0, False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            esc = pattern[i : i + 5] if pattern[i + 1 : i + 2] in "pP" and pattern[i + 2 : i + 3] == "{" else pattern[i : i + 2]
-            if esc.startswith(r"\p{") or esc.startswith(r"\P{"):
-                close = pattern.index("}", i)
-                esc = pattern[i : close + 1]
-                key = r"\p" + esc[2:]
-                if key not in classes:
-                    raise UnsupportedTokenizerError(f"pre-tokenizer class {esc} is not supported")
-                negate = esc[1] == "P"
-            elif esc in (r"\s", r"\S"):
-                key, negate = r"\s", esc == r"\S"
-            elif esc in (r"\d", r"\w", r"\D", r"\W", r"\b", r"\B"):
-                raise UnsupportedTokenizerError(f"pre-tokenizer escape {esc} is not supported")
-            else:
-                out.append(esc)
-                i += len(esc)
-                continue
-            if in_class:
-                if negate:
-                    raise UnsupportedTokenizerError(f"negated class {esc} inside [...] is not supported")
-                out.append(classes[key])
-            else:
-                out.append(("[^" if negate else "[") + classes[key] + "]")
-            i += len(esc)
-            continue
-        if in_class and c == "]":
-            in_class = False
-        elif not in_class and c == "[":
-            in_class = True
-            out.append(c)
-            i += 1
-            for prefix in ("^", "]"):
-                if pattern[i : i + 1] == prefix:
-                    out.append(prefix)
-                    i += 1
-            continue
-        out.append(_PLACEHOLDER[slots[c]] if c in slots else c)
-        i += 1
-    return "".join(out)
-
-
-_SYMBOL_ALPHABET = Alphabet.of_chars([chr(i) for i in range(128)] + [_PLACEHOLDER[s] for s in range(128, NUM_SYMBOLS)])
 _LOOKAHEAD = re.compile(r"^(.*)\(\?([!=])(\\[sSpPdDwW](?:\{\w+\})?|\[[^\]]*\]|.)\)$", re.S)
 
 
 def _fold_extras(text: str) -> str:
     """Inside ``(?i:...)`` Oniguruma also matches ``ſ`` for s and the Kelvin sign for k (Unicode case folding);
-    interegular folds ASCII only, so spell those two out."""
+    interegular folds ASCII only, so spell those two out. Non-ASCII characters written there would fold onto
+    others: refused."""
     out, i = [], 0
     while (start := text.find("(?i:", i)) >= 0:
         depth, j = 0, start
@@ -294,6 +468,9 @@ def _fold_extras(text: str) -> str:
             if depth == 0:
                 break
             j += 1 + (text[j] == "\\")
+        if any(isinstance(part, _Class) and part.named for part in _pattern_parts(text[start:j])):
+            raise UnsupportedTokenizerError(f"pre-tokenizer {text!r}: non-ASCII characters inside (?i:...) are not "
+                                            "supported")
         body = re.sub(r"(?<![\\\[])[sS]", "[s\u017f]", text[start:j])
         body = re.sub(r"(?<![\\\[])[kK]", "[k\u212a]", body)
         out.append(text[i:start] + body)
@@ -301,21 +478,29 @@ def _fold_extras(text: str) -> str:
     return "".join(out) + text[i:]
 
 
-def _alternative(text: str, pattern: str, slots: dict[str, int]) -> _Alternative:
+def _alternative(text: str, pattern: str, alphabet: SymbolAlphabet) -> _Alternative:
+    """One top-level alternative over the symbols: its body's DFA, and where a match of it may end (a final
+    one-character lookahead; a final ``$``: before a newline or at the end of the text)."""
     lookahead = None
     text = _fold_extras(text)
     m = _LOOKAHEAD.match(text)
     if m:
         text, kind, cls = m.group(1), m.group(2), m.group(3)
-        one = from_regex(_to_symbol_regex(cls, slots), _SYMBOL_ALPHABET, minimise=False)
-        in_class = np.array([one.accepts([s]) for s in range(NUM_SYMBOLS)])
+        one = from_regex(_to_symbol_regex(_pattern_parts(cls), alphabet), alphabet.regex_alphabet, minimise=False)
+        in_class = np.array([one.accepts([s]) for s in range(alphabet.size)])
         ends_ok = ~in_class if kind == "!" else in_class
         lookahead = np.append(ends_ok, kind == "!")  # end of text: (?!X) holds, (?=X) fails
     if "(?=" in text or "(?!" in text or "(?<" in text:
         raise UnsupportedTokenizerError(f"pre-tokenizer {pattern!r}: lookaround other than a final one-character "
                                         "lookahead is not supported")
+    parts = _pattern_parts(text)
+    if lookahead is None and parts[-1:] == ["$"]:
+        parts = parts[:-1]
+        lookahead = np.append(np.arange(alphabet.size) == ord("\n"), True)
+    if "^" in parts or "$" in parts:
+        raise UnsupportedTokenizerError(f"pre-tokenizer {pattern!r}: anchors other than a final $ are not supported")
     try:
-        dfa = from_regex(_to_symbol_regex(text, slots), _SYMBOL_ALPHABET)
+        dfa = from_regex(_to_symbol_regex(parts, alphabet), alphabet.regex_alphabet)
     except CanonmergeError as exc:
         raise UnsupportedTokenizerError(f"pre-tokenizer {pattern!r}: alternative {text!r}: {exc}") from None
     if dfa.accepting[dfa.start]:
@@ -323,18 +508,18 @@ def _alternative(text: str, pattern: str, slots: dict[str, int]) -> _Alternative
     # Minimised DFAs start in state 0; add an explicit dead state so that every body is total.
     dead = dfa.num_states
     body = np.vstack([np.where(dfa.transitions < 0, dead, dfa.transitions),
-                      np.full((1, NUM_SYMBOLS), dead)]).astype(np.int32)
+                      np.full((1, alphabet.size), dead)]).astype(np.int32)
     return _Alternative(body, np.append(dfa.accepting, False), lookahead, dead)
 
 
 BEHAVIORS = ("isolated", "removed", "merged_with_previous", "merged_with_next", "contiguous")
 
 
-def _rule_alternatives(rule: SplitRule, slots: dict[str, int]) -> list[_Alternative]:
+def _rule_alternatives(rule: SplitRule, alphabet: SymbolAlphabet) -> list[_Alternative]:
     if rule.behavior not in BEHAVIORS:
         raise UnsupportedTokenizerError(f"pre-tokenizer split behaviour {rule.behavior!r} is not supported "
                                         f"(supported: {', '.join(BEHAVIORS)})")
-    return [_alternative(alt, rule.pattern, slots) for alt in _top_level_split(rule.pattern)]
+    return [_alternative(alt, rule.pattern, alphabet) for alt in _top_level_split(rule.pattern)]
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -355,8 +540,10 @@ _INF = 1 << 30
 
 
 class _Rule:
-    def __init__(self, alternatives: list[_Alternative], behavior: str = "isolated", invert: bool = False):
+    def __init__(self, alternatives: list[_Alternative], end_of_text: int, behavior: str = "isolated",
+                 invert: bool = False):
         self.alts = alternatives
+        self.end_of_text = end_of_text  # the symbol index a lookahead reads at the end of the text
         self.n = len(alternatives)
         self.starts = tuple(0 for _ in alternatives)
         self.dead = tuple(a.dead for a in alternatives)
@@ -386,7 +573,7 @@ class _Rule:
         return True  # isolated, removed
 
     def valid_end(self, j: int, next_symbol: int) -> bool:
-        """A body match of alternative j ending before ``next_symbol`` (NUM_SYMBOLS: end of text) is valid."""
+        """A body match of alternative j ending before ``next_symbol`` (``end_of_text``) is valid."""
         la = self.alts[j].lookahead
         return True if la is None else bool(la[next_symbol])
 
@@ -412,7 +599,7 @@ class _Rule:
             waiting = ()
         elif any(self.valid_end(j, symbol) for j in waiting):
             return None
-        if symbol == NUM_SYMBOLS:
+        if symbol == self.end_of_text:
             return ()
         new_states = tuple(int(self.alts[j].body[q, symbol]) for j, q in enumerate(states))
         new_waiting = []
@@ -478,21 +665,24 @@ class _Rule:
 
     def at_end(self, thread: tuple) -> bool:
         hypothesis, current, obligations = thread
-        if self._advance_obligations(obligations, NUM_SYMBOLS) is None:
+        if self._advance_obligations(obligations, self.end_of_text) is None:
             return False
         if hypothesis == "g":
             return bool(current)
         states, best, accepted_now = current
-        return any(j <= best and self.valid_end(j, NUM_SYMBOLS) for j in accepted_now or ())
+        return any(j <= best and self.valid_end(j, self.end_of_text) for j in accepted_now or ())
+
 
 def build_segmentation(rules: tuple[SplitRule, ...], *, max_states: int = 20_000) -> Segmentation:
     """The marked-text DFA of a sequence of split rules (see the module docstring)."""
     if not rules:
-        transitions = np.zeros((1, NUM_SYMBOLS + 1), dtype=np.int32)
-        transitions[0, NUM_SYMBOLS] = -1
+        transitions = np.zeros((1, symbol_alphabet().size + 1), dtype=np.int32)
+        transitions[0, -1] = -1
         return Segmentation(transitions, np.array([True]))
-    slots = _literal_slots(rules)
-    machines = [_Rule(_rule_alternatives(rule, slots), rule.behavior, rule.invert) for rule in rules]
+    alphabet = symbol_alphabet(_named_sets(rules))
+    hash_symbol = alphabet.size  # the column of '#', after the character symbols
+    machines = [_Rule(_rule_alternatives(rule, alphabet), alphabet.end_of_text, rule.behavior, rule.invert)
+                for rule in rules]
     symbols = _symbol_classes(machines)
 
     # A combined thread holds, per rule, (thread, grown): rule r+1's piece lives inside rule r's, and a piece
@@ -536,7 +726,7 @@ def build_segmentation(rules: tuple[SplitRule, ...], *, max_states: int = 20_000
     final: list[bool] = []
     while queue:
         state = queue.pop(0)
-        row = [-1] * (NUM_SYMBOLS + 1)
+        row = [-1] * (hash_symbol + 1)
         final.append(state == start or any(ends_here(c, 0) for c in state))
         for rep, members in symbols:
             nxt = set()
@@ -557,10 +747,10 @@ def build_segmentation(rules: tuple[SplitRule, ...], *, max_states: int = 20_000
                 for t2 in span_ends(r, t, True):
                     for rest in fresh(r + 1):
                         nxt.add(c[:r] + ((t2, False),) + rest)
-        row[NUM_SYMBOLS] = _intern(frozenset(nxt), index, queue, max_states)
+        row[hash_symbol] = _intern(frozenset(nxt), index, queue, max_states)
         rows.append(row)
     segmentation = _minimised(np.array(rows, dtype=np.int32), np.array(final, dtype=bool))
-    return Segmentation(segmentation.transitions, segmentation.final, _segmentation_symbols(slots))
+    return Segmentation(segmentation.transitions, segmentation.final, alphabet.table)
 
 
 def _intern(state: frozenset, index: dict, queue: list, max_states: int) -> int:
@@ -581,7 +771,7 @@ def _symbol_classes(machines: list[_Rule]) -> list[tuple[int, list[int]]]:
         for a in m.alts:
             columns.append(a.body.T)
             if a.lookahead is not None:
-                columns.append(a.lookahead[:NUM_SYMBOLS, None].astype(np.int32))
+                columns.append(a.lookahead[:-1, None].astype(np.int32))
     signature = np.hstack(columns)
     _, inverse = np.unique(signature, axis=0, return_inverse=True)
     groups: dict[int, list[int]] = {}
@@ -593,6 +783,6 @@ def _symbol_classes(machines: list[_Rule]) -> list[tuple[int, list[int]]]:
 def _minimised(transitions: np.ndarray, final: np.ndarray) -> Segmentation:
     from automata import DFA
 
-    labels = Alphabet("labels", tuple(str(i) for i in range(NUM_SYMBOLS + 1)))
+    labels = Alphabet("labels", tuple(str(i) for i in range(transitions.shape[1])))
     dfa = DFA(transitions, final, 0, labels).minimise()  # trimmed, start renumbered to 0
     return Segmentation(np.ascontiguousarray(dfa.transitions), dfa.accepting.copy())

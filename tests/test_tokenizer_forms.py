@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
+import unicodedata
 
 import numpy as np
 import pytest
@@ -22,7 +24,7 @@ from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
 from bpe.assets import ASSETS, GGUF_BPE_VOCABS, GGUF_SPM_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
-from bpe.loaders import PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
+from bpe.loaders import _GGUF_PRE_TOKENIZERS, PUNCTUATION_PATTERN, _gpt2_files_to_json, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
 
@@ -64,8 +66,9 @@ def _segmentation(rules):
     return _SEGMENTATIONS[rules]
 
 
-@pytest.mark.parametrize("pattern", [_O200K_PATTERN, GPT2_PATTERN, " ", r"\p{N}", PUNCTUATION_PATTERN, "▁"],
-                         ids=["o200k", "gpt2", "space", "digit", "punct", "metaspace"])
+@pytest.mark.parametrize("pattern", [_O200K_PATTERN, GPT2_PATTERN, " ", r"\p{N}", PUNCTUATION_PATTERN, "▁",
+                                     r"\s+$", r"[一-龥ࠀ-一가-퟿，]+"],
+                         ids=["o200k", "gpt2", "space", "digit", "punct", "metaspace", "end_anchor", "cjk_ranges"])
 @pytest.mark.parametrize("behavior", _BEHAVIORS)
 @pytest.mark.parametrize("invert", [False, True])
 def test_split_boundaries_equal_the_runtime_for_every_behaviour(pattern, behavior, invert):
@@ -107,6 +110,24 @@ def test_removed_invert_is_the_isolated_form_when_the_pattern_matches_everything
         a = build_segmentation((SplitRule(pattern, "removed", True),))
         b = build_segmentation((SplitRule(pattern, "isolated"),))
         assert np.array_equal(a.transitions, b.transitions) and np.array_equal(a.final, b.final)
+
+
+@pytest.mark.parametrize("pattern,message", [
+    (r"a(?=b)c", "lookaround other than a final one-character lookahead"),
+    (r"(?<=a)b", "lookaround other than a final one-character lookahead"),
+    (r"^\s+", r"anchors other than a final \$"),
+    (r"\s+$|a$b", r"anchors other than a final \$"),
+    (r"[\p{L}&&[^a]]+", "nested classes and intersections"),
+    (r"(?i:é)", r"non-ASCII characters inside \(\?i:"),
+    (r"\w+", r"escape '\\\\w'"),
+    (r"\p{Greek}+", r"class \\p\{Greek\}"),
+    (r"[z-a]", "is empty"),
+    ("".join(chr(0x4E00 + k) for k in range(4000)), r"into 4140 symbols \(at most 4096\)"),
+], ids=["lookahead_inside", "lookbehind", "start_anchor", "end_anchor_inside", "intersection", "folded_non_ascii",
+        "word_escape", "script_class", "empty_range", "too_many_symbols"])
+def test_patterns_outside_the_model_are_refused_by_name(pattern, message):
+    with pytest.raises(UnsupportedTokenizerError, match=message):
+        build_segmentation((SplitRule(pattern),))
 
 
 # -- real tokenizers rewritten into other forms ------------------------------------------------------------------
@@ -224,6 +245,21 @@ def test_removed_text_is_never_allowed(tmp_path):
     assert b"".join(model.token_bytes[i] for i in ids) == b"Helloworld,it'sme"
     assert automaton.accepts(ids) == (runtime.encode("Helloworld,it'sme", add_special_tokens=False).ids == ids)
     _assert_exact(model, runtime, [t.replace(" ", "") for t in _real_texts()[::3]], min_tokens=3_000)
+
+
+def test_a_regex_naming_many_characters_takes_a_wider_symbol_table(tmp_path):
+    """250 characters written one by one refine the alphabet into 390 symbols: the symbol table turns uint16
+    (the automaton marks unread code points with the largest id), and GPT-2 under the regex is still exact."""
+    chars = [chr(0x4E00 + k) for k in range(250)]
+    data = _gpt2_json()
+    data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
+        _split("(?:" + "|".join(chars) + ")+", "Isolated"), _byte_level()]}
+    model, runtime = _load_pair(data, tmp_path)
+    assert build_segmentation(model.pre_tokenizer).symbols.dtype == np.uint16
+    rng = random.Random(3)
+    texts = [text[:1500] + "".join(rng.choice(chars + [" ", "中文", "a", "\n"]) for _ in range(300))
+             for text in _real_texts()[::3]]
+    _assert_exact(model, runtime, texts, min_tokens=3_000)
 
 
 @pytest.mark.parametrize("scheme,split", [("never", True), ("never", False), ("always", True), ("first", False)])
@@ -565,9 +601,6 @@ def test_malformed_tekken_files_are_typed_errors_naming_the_problem(tmp_path):
 
 # -- GGUF vocabularies: every BPE pre-tokenizer name llama.cpp's vocab files use -----------------------------------
 
-# Vocabularies whose pre-tokenizer regexes the automaton cannot take (refused with UnsupportedTokenizerError):
-# deepseek-coder's CJK class is a range of non-ASCII characters, deepseek-llm's letter class names 160 of them.
-_GGUF_REFUSED = {"deepseek-coder": "pre-tokenizer", "deepseek-llm": "non-ASCII characters"}
 _GGUF_GOLDEN = [v for v in GGUF_BPE_VOCABS if f"gguf/ggml-vocab-{v}.gguf.inp" in ASSETS]
 _GGUF_LARGE = {"command-r", "qwen35", "qwen2", "llama-bpe", "deepseek-llm", "gemma-4"}  # 100k+ tokens: -m slow
 
@@ -596,13 +629,60 @@ def test_gguf_golden_tokenizations_are_reproduced_and_accepted(vocab, tmp_path):
         assert model.normalizer == (("replace", " ", "▁"),) and model.eos_token_ids == (1,)
     for text, ids in golden:
         assert runtime.encode(prefix + text if text else text, add_special_tokens=False).ids == ids, text
-    if vocab in _GGUF_REFUSED:
-        with pytest.raises(UnsupportedTokenizerError, match=_GGUF_REFUSED[vocab]):
-            compile_tokenizer(model)
-        return
     automaton = compile_tokenizer(model)
     for text, ids in golden:
         assert automaton.accepts(ids), text
+
+
+
+# Text in the scripts DeepSeek's regexes name by range (CJK ideographs, U+0800..U+4E00 with kana and CJK
+# punctuation, Hangul) or by full-width punctuation, mixed with Latin, Greek, Cyrillic, code and digits.
+_MIXED_SCRIPT_TEXTS = [
+    "深度求索（DeepSeek）发布了新的代码模型：它支持中文、英文和多种编程语言！用户可以通过ＡＰＩ调用，"
+    "价格为每百万字１２３元。“你好，世界”——这是第一个程序。",
+    "안녕하세요! 오늘은 날씨가 좋습니다. 한국어 텍스트와 English words가 섞여 있습니다: 가격은 12,345원입니다.\n"
+    "서울특별시 종로구 세종대로 209 (2024년 12월 31일)",
+    "東京は日本の首都です。カタカナとひらがなを混ぜた文章：「コード」を書きましょう！　ｗｗｗ",
+    "Η γρήγορη καφέ αλεπού πηδάει πάνω από τον τεμπέλη σκύλο. Αριθμοί: 42, 3.14159.",
+    "Съешь же ещё этих мягких французских булок, да выпей чаю! Цена: 1 234 руб.",
+    "def 计算(x: int) -> int:\n    # 返回平方值（整数）\n    return x ** 2  # 结果\n\nprint(计算(１２))  // 全角数字\n",
+    "ＦＵＬＬ　ＷＩＤＴＨ：！＂＃＄％＆＇（）＊＋，－．／０１２３４５６７８９：；＜＝＞？＠［＼］＾＿｀｛｜｝～",
+    "Mixed 中文English한국어Ελληνικά Русский ２０２４年１２月３１日 — 【注意】请勿“复制”‘粘贴’。\r\n\t  ",
+    "for (int i = 0; i < 10; ++i) { printf(\"第%d行：%s\\n\", i, 名字[i]); }  /* 주석 */",
+]
+
+
+@pytest.mark.parametrize("name", ["deepseek-coder", "deepseek-llm"])
+def test_deepseek_boundaries_equal_the_runtime_at_the_edges_of_every_named_range(name):
+    """The symbols split the categories at every end of every non-ASCII range the regexes write: strings of the
+    characters at and beside those ends (and whitespace, for deepseek-llm's final $) get the runtime's pieces."""
+    rules = _GGUF_PRE_TOKENIZERS[name][0]
+    segmentation = _segmentation(rules)
+    pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(rule.pattern), "isolated") for rule in rules])
+    ends = {ord(c) for rule in rules for pair in re.findall(r"([^\\])-([^\]])", rule.pattern) for c in pair}
+    edges = sorted(chr(c + d) for c in ends if c >= 128 for d in (-1, 0, 1)
+                   if unicodedata.category(chr(c + d)) not in ("Cn", "Cs"))
+    assert len(edges) >= {"deepseek-coder": 10, "deepseek-llm": 300}[name]
+    alphabet = edges + ["a", "1", "!", " ", "  ", "\n", "\r", "\t", "\u3000", "\u00a0", "中", "한"]
+    rng = random.Random(11)
+    texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
+    texts += [t[:1000] for t in _real_texts()] + _MIXED_SCRIPT_TEXTS
+    for text in texts:
+        assert segmentation.marks(text) == _runtime_pieces(pre, text), repr(text)
+
+
+@pytest.mark.parametrize("vocab", ["deepseek-coder", pytest.param("deepseek-llm", marks=pytest.mark.slow)])
+def test_deepseek_pre_tokenizers_are_exact_on_mixed_script_text(vocab):
+    """DeepSeek's regexes name non-ASCII ranges (CJK, Hangul, full-width punctuation; deepseek-llm also 160
+    letter ranges and a final $). The runtime's encodings of text in those scripts are accepted, and respellings
+    of them (a token split into its merge operands, two tokens fused into one) are accepted exactly when the
+    runtime produces them: most are not, and are rejected."""
+    model = load_tokenizer(asset_path(f"gguf/ggml-vocab-{vocab}.gguf"))
+    runtime = to_runtime_tokenizer(model)
+    report: dict = {}
+    _assert_exact(model, runtime, _MIXED_SCRIPT_TEXTS, respellings=40, min_tokens=500, report=report)
+    assert report["judged"] >= 150, report
+    _assert_exact(model, runtime, _real_texts(), min_tokens=20_000)
 
 
 def test_gguf_plain_text_vocabulary_tokens_are_never_produced():
