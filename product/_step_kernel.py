@@ -8,7 +8,7 @@ array and four ints a call (~0.5 µs).
 
 The table holds raw addresses, so it keeps every array it points into alive (``StepTable.arrays``) and only
 points into arrays that never change after a guide is compiled. The mask rows live in slabs the guide adds as
-its cache grows; the table points to a fixed array of slab addresses that ``set_slab`` fills in.
+its cache grows; the table points to the guide's fixed array of slab addresses, which it fills in.
 
 Leaves out: errors (the kernel returns a code; the guide raises the typed error and writes its message) and
 counted or stitched guides (their steps move more than a node; they keep their own).
@@ -38,19 +38,19 @@ INCONSISTENT = -4  # an allowed token without a move: the compiled guide is corr
 
 class StepTable:
     """The table ``step`` reads for one guide: ``table`` (int64[_TABLE_SIZE]) and the arrays its addresses point
-    into (``arrays``, kept alive with it). Node lookup: ``keys`` (node q * contexts + ctx, ascending) with their
+    into (``arrays``, kept alive with it; the mask slabs are the guide's, whose addresses it writes in
+    ``slab_addresses`` as it adds them). Node lookup: ``keys`` (node q * contexts + ctx, ascending) with their
     node ids, so the kernel finds the node (q, ctx) by a binary search where Python used a dict.
 
     Invariant: every address points into an array of ``arrays`` of the dtype the kernel reads it as,
-    C-contiguous; slab ``k``'s address is set (``set_slab``) before any slot of it is passed to ``step``."""
+    C-contiguous; slab ``k``'s address is set before any slot of it is passed to ``step``."""
 
-    def __init__(self, guide, slab_rows: int, max_slabs: int) -> None:
+    def __init__(self, guide, slab_rows: int, slab_addresses: np.ndarray) -> None:
         A = guide._automaton
         R = guide._transitions
         num_contexts = A.num_open_contexts + len(A.pending_offsets) - 1
         keys = guide._node_q.astype(np.int64) * num_contexts + guide._node_ctx.astype(np.int64)
         order = np.argsort(keys, kind="stable")
-        self.slabs = np.zeros(max(max_slabs, 1), dtype=np.int64)
         arrays = {
             _NODE_Q: (guide._node_q, np.int32), _NODE_CTX: (guide._node_ctx, np.int32),
             _OFFSETS: (R.offsets, np.int64), _TOKENS: (R.tokens, np.int32), _TARGETS: (R.targets, np.int32),
@@ -61,7 +61,7 @@ class StepTable:
             _FORBID_POSITION: (A.forbid_position, np.int32), _FORBID_STARTS: (A.forbid_starts, np.int32),
             _FORBID_ENDS: (A.forbid_ends, np.int32), _PENDING_OFFSETS: (A.pending_offsets, np.int64),
             _PENDING_TOKENS: (A.pending_tokens, np.int32), _PENDING_NEXT: (A.pending_next, np.int16),
-            _SLABS: (self.slabs, np.int64),
+            _SLABS: (slab_addresses, np.int64),  # the guide's, filled in as its cache grows
         }
         self.table = np.zeros(_TABLE_SIZE, dtype=np.int64)
         self.table[:_NODE_Q] = (guide._M, len(guide._node_q), A.num_open_contexts, num_contexts,
@@ -73,14 +73,6 @@ class StepTable:
             array = np.ascontiguousarray(array, dtype=dtype)
             self.arrays.append(array)
             self.table[slot] = array.ctypes.data
-
-    def set_slab(self, k: int, slab: np.ndarray) -> None:
-        """Slab ``k`` of the guide's mask cache is ``slab`` (uint32[rows, num_words], C-contiguous, kept by the
-        guide for as long as the table is used)."""
-        if slab.dtype != np.uint32 or not slab.flags.c_contiguous:
-            raise ValueError("a mask slab is a C-contiguous uint32 array")
-        self.arrays.append(slab)
-        self.slabs[k] = slab.ctypes.data
 
 
 @njit(inline="always")

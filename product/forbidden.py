@@ -24,13 +24,14 @@ from __future__ import annotations
 
 import threading
 
+import numba
 import numpy as np
-from numba import carray, njit
+from numba import carray, njit, prange
 
 from bpe.automaton import CanonicalAutomaton
 from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack", "ROW_NONE", "ROW_SPARSE", "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
+__all__ = ["ForbiddenSets", "pack", "copy_rows", "parallel_threads", "ROW_NONE", "ROW_SPARSE", "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
 DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
 DENSE_BUDGET_BYTES = 256 << 20  # ... unless that exceeds this; then only the largest classes that fit
@@ -161,10 +162,66 @@ def _fill_mask(words, table, descriptor, merge_class, eos):
     _fill_one(words, table, descriptor, merge_class, eos)
 
 
-@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", **_KERNEL)
-def _fill_masks(out, out_rows, table, descriptors, merge_classes, eos):
-    for k in range(len(out_rows)):
-        _fill_one(out[out_rows[k]], table, descriptors[k], merge_classes[k], eos)
+# Many rows: row k is written at address ``rows[k]`` (num_words words; any row layout). Serial, and parallel over
+# numba's threads (``parallel_threads``) for a batch split across CPUs.
+@njit("void(int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", **_KERNEL)
+def _fill_masks(rows, table, descriptors, merge_classes, eos):
+    for k in range(len(rows)):
+        _fill_one(carray(uint32_at(rows[k]), table[_NUM_WORDS]), table, descriptors[k], merge_classes[k], eos)
+
+
+@njit("void(int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", parallel=True, **_KERNEL)
+def _fill_masks_parallel(rows, table, descriptors, merge_classes, eos):
+    for k in prange(len(rows)):
+        _fill_one(carray(uint32_at(rows[k]), table[_NUM_WORDS]), table, descriptors[k], merge_classes[k], eos)
+
+
+@njit("void(int64[::1], int64[::1], int64)", **_KERNEL)
+def _copy_rows(destinations, sources, num_words):
+    for k in range(len(destinations)):
+        destination, source = uint32_at(destinations[k]), uint32_at(sources[k])
+        for w in range(num_words):
+            destination[w] = source[w]
+
+
+@njit("void(int64[::1], int64[::1], int64)", parallel=True, **_KERNEL)
+def _copy_rows_parallel(destinations, sources, num_words):
+    for k in prange(len(destinations)):
+        destination, source = uint32_at(destinations[k]), uint32_at(sources[k])
+        for w in range(num_words):
+            destination[w] = source[w]
+
+
+def copy_rows(destinations: np.ndarray, sources: np.ndarray, num_words: int, threads: int = 1) -> None:
+    """Copy ``num_words`` words from each address ``sources[k]`` to ``destinations[k]`` (int64 arrays), in one
+    compiled call without the GIL, over up to ``threads`` threads."""
+    if parallel_threads(threads) > 1 and len(destinations) > 1:
+        numba.set_num_threads(parallel_threads(threads))
+        _copy_rows_parallel(destinations, sources, num_words)
+    else:
+        _copy_rows(destinations, sources, num_words)
+
+
+_threadsafe_layer: bool | None = None
+_LAYER_LOCK = threading.Lock()
+
+
+def parallel_threads(threads: int) -> int:
+    """How many of numba's threads a parallel kernel may use when the caller asks for ``threads``: at most numba's
+    pool, and 1 unless numba's threading layer is OpenMP or TBB — its fallback ("workqueue") aborts the process
+    when two Python threads launch parallel kernels at once, and a guide serves many threads. The layer is known
+    after a first parallel launch, made once here. (Python threads were tried first: on the 2-CPU development VM
+    handing a piece to a pool thread and back cost ~100 µs, more than a 64-row batch of masks; OpenMP's threads
+    take a launch in ~2 µs.)"""
+    global _threadsafe_layer
+    if threads <= 1:
+        return 1
+    if _threadsafe_layer is None:
+        with _LAYER_LOCK:
+            if _threadsafe_layer is None:
+                _copy_rows_parallel(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0)
+                _threadsafe_layer = numba.threading_layer() in ("omp", "tbb")
+    return min(threads, numba.config.NUMBA_NUM_THREADS) if _threadsafe_layer else 1
 
 
 def row_descriptor(kind: int, final: bool, *arrays: np.ndarray) -> list[int]:
@@ -311,11 +368,16 @@ class ForbiddenSets:
         the node is final. Nothing is allocated; the GIL is released."""
         _fill_mask(words, self.table, descriptor, mc, eos)
 
-    def fill_masks(self, out: np.ndarray, out_rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray,
-                   eos: np.ndarray) -> None:
-        """``fill_mask`` for many rows in one compiled call (the GIL released once): row ``out_rows[k]`` of
-        ``out`` (uint32[rows, num_words]) gets the mask of ``(descriptors[k], mcs[k])`` (int64 arrays)."""
-        _fill_masks(out, out_rows, self.table, descriptors, mcs, eos)
+    def fill_masks(self, rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray, eos: np.ndarray,
+                   threads: int = 1) -> None:
+        """``fill_mask`` for many rows in one compiled call (the GIL released once), over up to ``threads``
+        threads: the row at address ``rows[k]`` (num_words words, each row a distinct one) gets the mask of
+        ``(descriptors[k], mcs[k])`` (int64 arrays)."""
+        if parallel_threads(threads) > 1 and len(rows) > 1:
+            numba.set_num_threads(parallel_threads(threads))  # numba's setting is per calling thread
+            _fill_masks_parallel(rows, self.table, descriptors, mcs, eos)
+        else:
+            _fill_masks(rows, self.table, descriptors, mcs, eos)
 
     def _pointer_table(self) -> np.ndarray:
         """The table the mask kernels read (``_NUM_WORDS`` and (address, length) per array); the arrays it points

@@ -14,6 +14,8 @@ batching inside ``generate`` (use the processor with ``model.generate`` for batc
 
 from __future__ import annotations
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,9 +24,21 @@ import transformers
 
 from product._mask_kernel import apply_bitmask
 from product.guide import Guide
-from product.matcher import _pool
 
 __all__ = ["apply_bitmask", "LogitsProcessor", "generate", "Generation"]
+
+_OVERLAP: ThreadPoolExecutor | None = None
+_OVERLAP_LOCK = threading.Lock()
+
+
+def _overlap_thread() -> ThreadPoolExecutor:
+    """The process-wide thread that computes next masks during forward passes, started on first use (starting a
+    thread per step would cost more than the mask)."""
+    global _OVERLAP
+    with _OVERLAP_LOCK:
+        if _OVERLAP is None:
+            _OVERLAP = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canonmerge-overlap")
+        return _OVERLAP
 
 
 class LogitsProcessor(transformers.LogitsProcessor):
@@ -120,7 +134,7 @@ def generate(model, guide: Guide, prompt_ids, *, max_new_tokens: int = 256, do_s
                 return Generation(out, passes, forced, True)  # EOS is the only option: no need to ask
             fill = None
         elif device.type != "cuda":
-            pending = _pool(1).submit(fill)
+            pending = _overlap_thread().submit(fill)
         result = model(input_ids=torch.tensor([feed], device=device), past_key_values=past, use_cache=True)
         passes += 1
         if pending is not None:

@@ -52,8 +52,8 @@ from automata import EmptyLanguageError, StateLimitError, from_regex
 from automata.dfa import concat_aranges, find_sorted, group_by, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
-from product.forbidden import (ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED, ForbiddenSets, pack,
-                               row_descriptor)
+from product.forbidden import (ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED, ForbiddenSets, copy_rows,
+                               pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
@@ -220,6 +220,8 @@ class Guide:
         self._lock = threading.Lock()
         self._slabs: list[np.ndarray] = []
         self._slab_views: list[memoryview] = []  # the same rows, for ``_cached_bit``
+        # where each slab is, for the compiled kernels (``_add_slab`` fills it in)
+        self._slab_addresses = np.zeros(-(-cache_size // _SLAB_ROWS), dtype=np.int64)
         # built here, not on first use: on a guide just compiled, building it in the first advance cost ~35 µs
         self._step_table = self._new_step_table()
         self._add_slab()
@@ -312,7 +314,7 @@ class Guide:
         (rebuilt on use)."""
         state = self.__dict__.copy()
         del state["_lock"]
-        for cached in ("_step_table", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views",
+        for cached in ("_step_table", "_slab_addresses", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views",
                        "_row_descriptors", "_descriptor_base"):
             state.pop(cached, None)  # memoryviews do not pickle; addresses are this process's
         return state
@@ -324,10 +326,9 @@ class Guide:
         self._advanced = {}
         if "_rows" in state:  # a guide with rows of its own (a stitched guide has its fragments')
             self._describe_rows()
+        self._slab_addresses = np.zeros(-(-self._cache_size // _SLAB_ROWS), dtype=np.int64)
+        self._slab_addresses[: len(self._slabs)] = [slab.ctypes.data for slab in self._slabs]
         self._step_table = self._new_step_table()  # addresses: this process's copies of the arrays
-        for k, slab in enumerate(self._slabs):
-            if self._step_table is not None:
-                self._step_table.set_slab(k, slab)
 
     # ---- sizes --------------------------------------------------------------------------------------------
     @property
@@ -365,10 +366,12 @@ class Guide:
             words = self._mask(state)
             return np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
 
-    def fill_bitmask(self, states, out: np.ndarray) -> None:
+    def fill_bitmask(self, states, out: np.ndarray, *, threads: int = 1) -> None:
         """Write the masks of a batch of states into the first ``len(states)`` rows of ``out`` (int32 or uint32
         ``[rows, num_words]``, a numpy array or a CPU torch tensor): bit ``t % 32`` of word ``t // 32`` is set iff
-        token t is allowed. A bad buffer or state raises ``TypeError``/``ValueError`` before any row is written."""
+        token t is allowed. ``threads``: copy and compute the batch's rows over up to that many threads (numba's;
+        ``product.fill_next_token_bitmasks`` explains when that pays). A bad buffer or state raises
+        ``TypeError``/``ValueError`` before any row is written."""
         if not isinstance(out, np.ndarray):
             out = out.numpy()  # a CPU torch tensor: same memory (torch raises TypeError for other devices)
         if out.dtype not in _MASK_DTYPES or out.ndim != 2 or out.shape[1] != self.num_words or len(out) < len(states):
@@ -377,33 +380,75 @@ class Guide:
         for state in states:
             self._split(state)
         view = out.view(np.uint32)
-        # Only the cache is touched under the lock: cached masks are copied, the others computed into the caller's
-        # rows outside it, all in one call (``_fill_rows``: the compiled kernel releases the GIL), so threads
-        # filling rows of one guide compute in parallel; the new rows are then copied into the cache. A state
-        # repeated in the batch is computed once. Two threads may compute one state at once: the second to store
-        # it finds it cached and keeps the cached copy.
+        if len(states) == 1:  # a decoder's step: the row copied or computed in place, no batch bookkeeping
+            with self._lock:
+                cached = self._cached_row(states[0])
+                if cached is not None:
+                    view[0] = cached
+                    return
+            self._fill_rows(view, [0], states)
+            self._keep([(states[0], 0)], view)
+            return
+        if view.strides[1] != 4:  # the kernels write whole rows: fill a compact copy
+            compact = np.empty((len(states), self.num_words), dtype=np.uint32)
+            self.fill_bitmask(states, compact, threads=threads)
+            view[: len(states)] = compact
+            return
+        # Only the cache is touched under the lock: cached masks are copied out (one compiled call), the others
+        # computed into the caller's rows outside it (``_fill_rows``: one compiled call that releases the GIL), so
+        # threads filling rows of one guide compute in parallel; the new rows are then copied into the cache. A
+        # state repeated in the batch is computed once. Two threads may compute one state at once: the second to
+        # store it finds it cached and keeps the cached copy.
         first_row: dict[int, int] = {}
-        repeats: list[tuple[int, int]] = []
+        repeats: list[int] = []
+        repeated: list[int] = []
+        cached_rows: list[int] = []
+        cached_slots: list[int] = []
         with self._lock:
             for i, state in enumerate(states):
-                cached = self._cached_row(state)
-                if cached is not None:
-                    view[i] = cached
+                slot = self._slot_of.get(state)
+                if slot is not None:
+                    self._slot_of.move_to_end(state)
+                    cached_rows.append(i)
+                    cached_slots.append(slot)
                 elif state in first_row:
-                    repeats.append((i, first_row[state]))
+                    repeats.append(i)
+                    repeated.append(first_row[state])
                 else:
                     first_row[state] = i
+            if cached_rows:
+                copy_rows(_row_addresses(view, cached_rows), self._slot_addresses(cached_slots), self.num_words,
+                          threads)
         if not first_row:
             return
-        self._fill_rows(view, list(first_row.values()), list(first_row))
-        for i, first in repeats:
-            view[i] = view[first]
+        self._fill_rows(view, list(first_row.values()), list(first_row), threads)
+        if repeats:
+            copy_rows(_row_addresses(view, repeats), _row_addresses(view, repeated), self.num_words, threads)
+        self._keep(list(first_row.items()), view, threads)
+
+    def _keep(self, computed: list[tuple[int, int]], view: np.ndarray, threads: int = 1) -> None:
+        """Copy the masks just computed (state, row of ``view``) into the cache; a state cached meanwhile by
+        another thread keeps its copy. Evictions happen in order, so when the batch holds more new states than
+        the cache, a slot is written once, with the last state given it."""
         with self._lock:
-            for state, i in first_row.items():
+            row_of_slot: dict[int, int] = {}
+            for state, i in computed:
                 if state not in self._slot_of:
                     slot = self._free_slot()
-                    self._row_of(slot)[:] = view[i]
                     self._slot_of[state] = slot
+                    row_of_slot[slot] = i
+            if len(row_of_slot) == 1:
+                (slot, i), = row_of_slot.items()
+                self._row_of(slot)[:] = view[i]
+            elif row_of_slot:
+                copy_rows(self._slot_addresses(list(row_of_slot)), _row_addresses(view, list(row_of_slot.values())),
+                          self.num_words, threads)
+
+    def _slot_addresses(self, slots: list[int]) -> np.ndarray:
+        """The addresses of cache rows ``slots`` (the caller holds the lock while they are read or written)."""
+        slots = np.array(slots, dtype=np.int64)
+        slab, row = np.divmod(slots, _SLAB_ROWS)
+        return self._slab_addresses[slab] + row * (4 * self.num_words)
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id``. EOS in an accepting state leaves the state unchanged.
@@ -457,7 +502,7 @@ class Guide:
         """What ``_step``'s compiled call reads (None for a guide whose steps are not ``Guide._step``'s)."""
         if type(self)._step is not Guide._step:
             return None
-        return StepTable(self, _SLAB_ROWS, -(-self._cache_size // _SLAB_ROWS))
+        return StepTable(self, _SLAB_ROWS, self._slab_addresses)
 
     def token_id(self, token_id) -> int:
         """``token_id`` as an int of this vocabulary, or ``InvalidTokenError`` (not an int, or out of range)."""
@@ -604,8 +649,7 @@ class Guide:
         rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
         self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32))
         self._slab_views.append(memoryview(self._slabs[-1]))
-        if self._step_table is not None:
-            self._step_table.set_slab(len(self._slabs) - 1, self._slabs[-1])
+        self._slab_addresses[len(self._slabs) - 1] = self._slabs[-1].ctypes.data
 
     def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray) -> None:
         """Keep a node's rows of token ids: X (allowed whatever the merge class), Y (allowed unless in F[mc]),
@@ -649,18 +693,18 @@ class Guide:
     def _compute_mask(self, node: int, mc: int, out: np.ndarray) -> None:
         self._forbidden.fill_mask(out, self._descriptor_base + node * _DESCRIPTOR_BYTES, mc, self._eos_array)
 
-    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int]) -> None:
-        """Compute the masks of ``states`` (checked) into rows ``out_rows`` of ``out``: in one compiled call that
-        releases the GIL once (``ForbiddenSets.fill_masks``), so threads filling rows of a batch run in parallel
-        (with a release per row, two threads were slower than one: each row's hand-off of the GIL cost more than
-        its mask). A guide whose ``_fill_row`` decodes more than a node (counted, stitched) fills row by row."""
+    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int], threads: int = 1) -> None:
+        """Compute the masks of ``states`` (checked) into rows ``out_rows`` of ``out`` (distinct rows): in one
+        compiled call that releases the GIL once (``ForbiddenSets.fill_masks``), over up to ``threads`` threads.
+        (With a release per row, two Python threads filling a batch were slower than one: each hand-off of the GIL
+        cost more than a row.) A guide whose ``_fill_row`` decodes more than a node (counted) fills row by row."""
         if type(self)._fill_row is not Guide._fill_row:
             for row, state in zip(out_rows, states):
                 self._fill_row(state, out[row])
             return
         nodes, mcs = np.divmod(np.array(states, dtype=np.int64), self._M)
-        self._forbidden.fill_masks(out, np.array(out_rows, dtype=np.int64),
-                                   self._descriptor_base + nodes * _DESCRIPTOR_BYTES, mcs, self._eos_array)
+        self._forbidden.fill_masks(_row_addresses(out, out_rows), self._descriptor_base + nodes * _DESCRIPTOR_BYTES,
+                                   mcs, self._eos_array, threads)
 
     def _describe_rows(self) -> None:
         """``_row_descriptors``: each node's rows as the mask kernels read them (``product.forbidden``): kind,
@@ -910,6 +954,11 @@ class Guide:
 
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
+
+
+def _row_addresses(view: np.ndarray, rows: list[int]) -> np.ndarray:
+    """int64 addresses of rows ``rows`` of ``view`` (2-D, each row contiguous)."""
+    return view.ctypes.data + np.array(rows, dtype=np.int64) * view.strides[0]
 
 
 def _tokens(array: np.ndarray) -> np.ndarray:

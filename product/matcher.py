@@ -3,9 +3,10 @@ rejected speculative tokens, fill a row of a shared bitmask, jump forward over f
 
 A ``Matcher`` is a guide state (an int, ``Guide``'s) plus a bounded history of earlier states, so it is cheap to
 create, fork and roll back; many matchers share one compiled ``Guide`` (the guide's mask cache is shared and
-locked). ``fill_next_token_bitmasks`` fills the rows of a batch in several threads: the masks are computed by
-compiled kernels that release the GIL, outside the guide's cache lock (which guards only the cache), so matchers
-of one guide fill in parallel as well as matchers of different guides (docs/serving.md has the measurements).
+locked). ``fill_next_token_bitmasks`` fills the rows of a batch: per guide, one compiled call copies the cached
+masks and one computes the others, over numba's threads if asked, without the GIL and outside the guide's cache
+lock (which guards only the cache), so several Python threads may fill batches too (docs/serving.md has the
+measurements).
 
 Errors are raised before anything changes: ``RollbackError`` (more tokens than the history holds),
 ``InvalidTokenError`` (an id outside the vocabulary), ``bpe.DisallowedTokenError`` (a token the mask does not
@@ -22,7 +23,6 @@ import operator
 import threading
 import weakref
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -243,16 +243,15 @@ class Matcher:
 
 
 def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequence[int] | None = None, *,
-                             threads: int = 1, executor: ThreadPoolExecutor | None = None) -> None:
+                             threads: int = 1) -> None:
     """Fill row ``indices[i]`` (default ``i``) of ``bitmask`` with the next-token mask of ``matchers[i]``, for the
-    whole batch, in up to ``threads`` threads (the caller's and ``threads - 1`` workers: of a process-wide pool,
-    or ``executor``'s). Equal to calling ``matchers[i].fill_next_token_bitmask(bitmask, indices[i])`` for each i;
-    everything is checked before any row is written.
+    whole batch, over up to ``threads`` threads. Equal to calling ``matchers[i].fill_next_token_bitmask(bitmask,
+    indices[i])`` for each i; everything is checked before any row is written.
 
-    Matchers are grouped by guide, each group cut into up to ``threads`` pieces of consecutive rows, and the
-    pieces are spread over the threads, largest first. A guide computes the masks it has not cached outside its
-    cache lock, so one guide's pieces fill in parallel (a state shared by requests in two pieces may be computed
-    twice, once per thread; within a piece it is computed once and then copied from the guide's cache).
+    Matchers are grouped by guide; each guide copies its cached masks and computes the others in one compiled
+    call each (``Guide.fill_bitmask``), split over numba's threads when ``threads > 1`` (OpenMP or TBB; with
+    neither, one thread: ``product.forbidden.parallel_threads``). The GIL is released for the copies and the
+    computation, so other Python threads (the model's forward pass) run meanwhile.
     """
     if not matchers:
         return
@@ -286,70 +285,11 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
             out_rows.append(row)
     for m, row in terminated:  # everything is checked: rows may be written from here on
         m._fill(words, row)
-
-    def fill_group(group: tuple[Guide, list[int], list[int]]) -> None:
-        guide, states, out_rows = group
-        if not states:
-            return
+    for guide, states, out_rows in groups.values():
         lo = out_rows[0]
-        if out_rows == list(range(lo, lo + len(out_rows))):  # contiguous rows: straight into the bitmask
-            guide.fill_bitmask(states, words[lo: lo + len(states)])
+        if out_rows == list(range(lo, lo + len(out_rows))):  # consecutive rows: straight into the bitmask
+            guide.fill_bitmask(states, words[lo: lo + len(states)], threads=threads)
         else:
             rows_in_order = np.empty((len(states), num_words), dtype=np.uint32)
-            guide.fill_bitmask(states, rows_in_order)
+            guide.fill_bitmask(states, rows_in_order, threads=threads)
             words[out_rows] = rows_in_order
-
-    # A guide computes the masks it has not cached outside its lock (``Guide.fill_bitmask``), so one guide's
-    # rows fill in parallel too. Only computing a mask runs in parallel, though: a cached mask is a copy that
-    # holds the GIL, and handing copies to another thread made a batch of cached masks 1.7x slower on 2 threads.
-    # So the calling thread copies the cached masks, and the rows to compute are cut into up to ``threads``
-    # pieces of consecutive rows spread over the threads, largest first. (Whether a mask is cached is read
-    # without the lock: it only decides who fills the row, and either fills it right.)
-    copies, work = [], []
-    for guide, states, out_rows in groups.values():
-        cached = [state in guide._slot_of for state in states] if threads > 1 else [False] * len(states)
-        copies.append((guide, [s for s, c in zip(states, cached) if c], [r for r, c in zip(out_rows, cached) if c]))
-        states = [s for s, c in zip(states, cached) if not c]
-        out_rows = [r for r, c in zip(out_rows, cached) if not c]
-        pieces = min(threads, len(states))
-        for k in range(pieces):
-            lo, hi = k * len(states) // pieces, (k + 1) * len(states) // pieces
-            work.append((guide, states[lo:hi], out_rows[lo:hi]))
-    work.sort(key=lambda g: -len(g[1]))
-    if threads == 1 or len(work) <= 1:
-        for group in copies + work:
-            fill_group(group)
-        return
-    # one bin of pieces per thread (largest piece to the lightest bin); the calling thread fills the first bin
-    # itself and the copies, so 2 threads cost one hand-off per batch, not one per piece
-    bins: list[list] = [[] for _ in range(min(threads, len(work)))]
-    load = [0] * len(bins)
-    for group in work:
-        lightest = load.index(min(load))
-        bins[lightest].append(group)
-        load[lightest] += len(group[1])
-
-    def fill_bin(groups_of_bin: list) -> None:
-        for group in groups_of_bin:
-            fill_group(group)
-
-    pool = executor if executor is not None else _pool(len(bins) - 1)
-    futures = [pool.submit(fill_bin, b) for b in bins[1:]]
-    fill_bin(bins[0])
-    fill_bin(copies)
-    for future in futures:
-        future.result()
-
-
-_POOLS: dict[int, ThreadPoolExecutor] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """A process-wide pool of ``threads`` workers, started on first use (starting threads per step would cost more
-    than the fill)."""
-    with _POOLS_LOCK:
-        pool = _POOLS.get(threads)
-        if pool is None:
-            pool = _POOLS[threads] = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="canonmerge-fill")
-        return pool

@@ -559,7 +559,7 @@ class StitchedGuide(Guide):
         i, inner = self._locate(state)
         self._guides[i]._fill_row(inner, words)
 
-    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int]) -> None:
+    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int], threads: int = 1) -> None:
         """Each fragment guide fills its states' rows at once (one compiled call for a plain one)."""
         by_guide: dict[int, tuple[Guide, list[int], list[int]]] = {}
         for row, state in zip(out_rows, states):
@@ -569,7 +569,7 @@ class StitchedGuide(Guide):
             rows.append(row)
             inners.append(inner)
         for guide, rows, inners in by_guide.values():
-            guide._fill_rows(out, rows, inners)
+            guide._fill_rows(out, rows, inners, threads)
 
     def advance(self, state: int, token_id: int) -> int:
         i, inner = self._locate(state)

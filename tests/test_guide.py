@@ -333,11 +333,21 @@ def test_a_small_mask_cache_evicts_and_recomputes_the_same_masks():
         assert np.array_equal(small.allowed(state), large.allowed(state))
         assert small.advance(state, token) == large.advance(state, token)
     visited = [state for state, _ in steps]
-    out = np.zeros((len(visited), small.num_words), dtype=np.int32)
-    small.fill_bitmask(visited, out)  # a batch far larger than the cache
-    expected = np.zeros_like(out)
+    visited += visited[:3]  # states repeated in a batch
+    expected = np.zeros((len(visited), small.num_words), dtype=np.int32)
     large.fill_bitmask(visited, expected)
-    assert np.array_equal(out, expected)
+    for threads in (1, 2):
+        for cached in (False, True):  # computed, then (some) copied from the cache
+            out = np.zeros_like(expected)
+            small.fill_bitmask(visited, out, threads=threads)  # a batch far larger than the cache
+            assert np.array_equal(out, expected)
+            # the cache keeps the last states it was given, each with its own mask
+            assert len(small._slot_of) == 2 and len(set(small._slot_of.values())) == 2
+            for state, slot in small._slot_of.items():
+                assert np.array_equal(small._row_of(slot), expected[visited.index(state)].view(np.uint32))
+        wide = np.zeros((len(visited), 2 * small.num_words), dtype=np.int32)  # rows that are not contiguous
+        small.fill_bitmask(visited, wide[:, ::2], threads=threads)
+        assert np.array_equal(wide[:, ::2], expected) and not wide[:, 1::2].any()
     with pytest.raises(ValueError):
         compile_regex(pattern, automaton, cache_size=0)
 
@@ -550,17 +560,18 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets():
         expected = [X | (Y & ~F) | (Z & F), np.isin(np.arange(V), few[(X | (Y & ~F) | (Z & F))[few]]),
                     X | np.isin(np.arange(V), few[(X | (Y & ~F) | (Z & F))[few]]), np.isin(np.arange(V), y) & ~F]
         expected[2][V - 1] = True  # final: EOS allowed
-        batch = np.full((6, num_words), 0xDEADBEEF, dtype=np.uint32)  # masks overwrite what the buffer held
-        index.fill_masks(batch, np.array([5, 0, 2, 3]), np.array([address(k) for k in range(4)]),
-                         np.full(4, mc, dtype=np.int64), eos)
+        batches = np.full((2, 6, num_words), 0xDEADBEEF, dtype=np.uint32)  # masks overwrite what the buffer held
+        for batch, threads in zip(batches, (1, 2)):  # the serial and the parallel kernel
+            index.fill_masks(batch.ctypes.data + np.array([5, 0, 2, 3]) * batch.strides[0],
+                             np.array([address(k) for k in range(4)]), np.full(4, mc, dtype=np.int64), eos, threads)
         for k, row in enumerate((5, 0, 2, 3)):
             words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)
             index.fill_mask(words, address(k), mc, eos)
-            assert np.array_equal(words, batch[row])  # one call per row or one for the batch: the same
+            assert np.array_equal(words, batches[0, row]) and np.array_equal(words, batches[1, row])
             bits = np.unpackbits(words.view(np.uint8), bitorder="little")
             assert not bits[V:].any()
             assert np.array_equal(bits[:V].astype(bool), expected[k]), (mc, k)
-        assert (batch[[1, 4]] == 0xDEADBEEF).all()  # rows not asked for are untouched
+        assert (batches[:, [1, 4]] == 0xDEADBEEF).all()  # rows not asked for are untouched
 
 
 def test_dead_classes_equal_the_automaton_sets():

@@ -200,9 +200,12 @@ def test_batch_fill_equals_per_row_fills(guide, other_guide):
         fill_next_token_bitmasks([matchers[i] for i in order], out, indices=[int(i) + 3 for i in order],
                                  threads=threads)
         assert torch.equal(out[3:], expected) and bool((out[:3] == 7).all())
-    with ThreadPoolExecutor(2) as pool:  # the engine's own workers
+    with ThreadPoolExecutor(2) as pool:  # the engine's own workers, each filling part of the batch at once
         out = allocate_token_bitmask(n, guide.vocab_size)
-        fill_next_token_bitmasks(matchers, out, threads=3, executor=pool)
+        halves = [pool.submit(fill_next_token_bitmasks, matchers[k::2], out, indices=range(k, n, 2), threads=2)
+                  for k in (0, 1)]
+        for half in halves:
+            half.result()
         assert torch.equal(out, expected)
 
 
