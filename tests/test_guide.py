@@ -398,27 +398,33 @@ def test_one_guide_serves_many_threads():
         assert copied.advance(state, token) == alone.advance(state, token)
 
 
-def test_a_mask_being_computed_does_not_hold_the_cache_lock():
-    """``fill_bitmask`` computes a mask that is not cached outside the guide's lock, so while one thread computes,
-    another fills a cached mask and advances (with the lock held for the whole computation, it would wait)."""
+@pytest.mark.parametrize("batch", [1, 3])
+def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch):
+    """``fill_bitmask`` computes masks that are not cached outside the guide's lock — one state (``_fill_row``) or a
+    batch (``_fill_rows``) — so while one thread computes, another fills a cached mask and advances (with the lock
+    held for the whole computation, it would wait)."""
     automaton = automaton_of("gpt2")
     guide = compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton)
-    (first, token), (second, _) = _random_steps(guide, 1, seed=1)[:2]
+    steps = _random_steps(guide, 1, seed=1)
+    (first, token), (second, _) = steps[:2]
+    others = [state for state, _ in steps[1:1 + batch]]
+    assert len(set(others)) == batch and first not in others
     with guide._lock:
         guide._slot_of.clear()
     guide.fill_bitmask([first], np.zeros((1, guide.num_words), dtype=np.uint32))  # cached: first only
     computing, release = threading.Event(), threading.Event()
-    compute = guide._fill_rows
+    name = "_fill_row" if batch == 1 else "_fill_rows"
+    compute = getattr(guide, name)
 
-    def slow_fill_rows(out, out_rows, states):
+    def slow_compute(*args):
         computing.set()
         assert release.wait(10)
-        compute(out, out_rows, states)
+        compute(*args)
 
-    guide._fill_rows = slow_fill_rows
-    out = np.zeros((2, guide.num_words), dtype=np.uint32)
+    setattr(guide, name, slow_compute)
+    out = np.zeros((1 + batch, guide.num_words), dtype=np.uint32)
     with ThreadPoolExecutor(1) as pool:
-        pending = pool.submit(guide.fill_bitmask, [second], out[1:])
+        pending = pool.submit(guide.fill_bitmask, others, out[1:])
         try:
             assert computing.wait(10)
             assert guide._lock.acquire(timeout=10)  # (held for the whole computation, it would time out)
@@ -428,10 +434,10 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock():
         finally:
             release.set()
         pending.result()
-    del guide._fill_rows
+    delattr(guide, name)
     expected = np.zeros_like(out)
-    compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton).fill_bitmask([first, second], expected)
-    assert np.array_equal(out, expected) and second in guide._slot_of
+    compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton).fill_bitmask([first, *others], expected)
+    assert np.array_equal(out, expected) and all(state in guide._slot_of for state in others)
 
 
 @pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)",
