@@ -31,7 +31,7 @@ from numba import carray, njit, prange
 from bpe.automaton import CanonicalAutomaton
 from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack", "copy_rows", "parallel_threads", "ROW_NONE", "ROW_SPARSE", "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
+__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "parallel_threads", "ROW_NONE", "ROW_SPARSE", "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
 DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
 DENSE_BUDGET_BYTES = 256 << 20  # ... unless that exceeds this; then only the largest classes that fit
@@ -162,44 +162,59 @@ def _fill_mask(words, table, descriptor, merge_class, eos):
     _fill_one(words, table, descriptor, merge_class, eos)
 
 
-# Many rows: row k is written at address ``rows[k]`` (num_words words; any row layout). Serial, and parallel over
-# numba's threads (``parallel_threads``) for a batch split across CPUs.
-@njit("void(int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", **_KERNEL)
-def _fill_masks(rows, table, descriptors, merge_classes, eos):
+# Many rows: row ``rows[k]`` of ``out`` gets the mask of (descriptors[k], merge_classes[k]). Serial, and parallel
+# over numba's threads (``parallel_threads``) for a batch split across CPUs.
+@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", **_KERNEL)
+def _fill_masks(out, rows, table, descriptors, merge_classes, eos):
     for k in range(len(rows)):
-        _fill_one(carray(uint32_at(rows[k]), table[_NUM_WORDS]), table, descriptors[k], merge_classes[k], eos)
+        _fill_one(out[rows[k]], table, descriptors[k], merge_classes[k], eos)
 
 
-@njit("void(int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", parallel=True, **_KERNEL)
-def _fill_masks_parallel(rows, table, descriptors, merge_classes, eos):
+@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", parallel=True, **_KERNEL)
+def _fill_masks_parallel(out, rows, table, descriptors, merge_classes, eos):
     for k in prange(len(rows)):
-        _fill_one(carray(uint32_at(rows[k]), table[_NUM_WORDS]), table, descriptors[k], merge_classes[k], eos)
+        _fill_one(out[rows[k]], table, descriptors[k], merge_classes[k], eos)
 
 
-@njit("void(int64[::1], int64[::1], int64)", **_KERNEL)
-def _copy_rows(destinations, sources, num_words):
-    for k in range(len(destinations)):
-        destination, source = uint32_at(destinations[k]), uint32_at(sources[k])
+# Rows between a batch and a guide's mask cache, whose rows live in slabs (slab ``slot // slab_rows`` at address
+# ``slab_addresses[...]``, row ``slot % slab_rows``): ``to_slabs`` copies row ``rows[k]`` of ``out`` into cache slot
+# ``slots[k]``, else the other way.
+@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64, boolean)", **_KERNEL)
+def _copy_slab_rows(out, rows, slab_addresses, slots, slab_rows, to_slabs):
+    num_words = out.shape[1]
+    for k in range(len(rows)):
+        cached = uint32_at(slab_addresses[slots[k] // slab_rows] + 4 * num_words * (slots[k] % slab_rows))
+        row = out[rows[k]]
         for w in range(num_words):
-            destination[w] = source[w]
+            if to_slabs:
+                cached[w] = row[w]
+            else:
+                row[w] = cached[w]
 
 
-@njit("void(int64[::1], int64[::1], int64)", parallel=True, **_KERNEL)
-def _copy_rows_parallel(destinations, sources, num_words):
-    for k in prange(len(destinations)):
-        destination, source = uint32_at(destinations[k]), uint32_at(sources[k])
+@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64, boolean)", parallel=True, **_KERNEL)
+def _copy_slab_rows_parallel(out, rows, slab_addresses, slots, slab_rows, to_slabs):
+    num_words = out.shape[1]
+    for k in prange(len(rows)):
+        cached = uint32_at(slab_addresses[slots[k] // slab_rows] + 4 * num_words * (slots[k] % slab_rows))
+        row = out[rows[k]]
         for w in range(num_words):
-            destination[w] = source[w]
+            if to_slabs:
+                cached[w] = row[w]
+            else:
+                row[w] = cached[w]
 
 
-def copy_rows(destinations: np.ndarray, sources: np.ndarray, num_words: int, threads: int = 1) -> None:
-    """Copy ``num_words`` words from each address ``sources[k]`` to ``destinations[k]`` (int64 arrays), in one
-    compiled call without the GIL, over up to ``threads`` threads."""
-    if parallel_threads(threads) > 1 and len(destinations) > 1:
+def copy_slab_rows(out: np.ndarray, rows: list[int], slab_addresses: np.ndarray, slots: list[int], slab_rows: int,
+                   to_slabs: bool, threads: int = 1) -> None:
+    """Copy rows ``rows`` of ``out`` (uint32, C-contiguous) into cache slots ``slots`` (``to_slabs``) or back, in
+    one compiled call without the GIL, over up to ``threads`` threads. The caller holds the cache's lock."""
+    rows, slots = np.array(rows, dtype=np.int64), np.array(slots, dtype=np.int64)
+    if parallel_threads(threads) > 1 and len(rows) > 1:
         numba.set_num_threads(parallel_threads(threads))
-        _copy_rows_parallel(destinations, sources, num_words)
+        _copy_slab_rows_parallel(out, rows, slab_addresses, slots, slab_rows, to_slabs)
     else:
-        _copy_rows(destinations, sources, num_words)
+        _copy_slab_rows(out, rows, slab_addresses, slots, slab_rows, to_slabs)
 
 
 _threadsafe_layer: bool | None = None
@@ -219,7 +234,8 @@ def parallel_threads(threads: int) -> int:
     if _threadsafe_layer is None:
         with _LAYER_LOCK:
             if _threadsafe_layer is None:
-                _copy_rows_parallel(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), 0)
+                empty = np.zeros(0, dtype=np.int64)
+                _copy_slab_rows_parallel(np.zeros((0, 1), dtype=np.uint32), empty, empty, empty, 1, False)
                 _threadsafe_layer = numba.threading_layer() in ("omp", "tbb")
     return min(threads, numba.config.NUMBA_NUM_THREADS) if _threadsafe_layer else 1
 
@@ -368,16 +384,16 @@ class ForbiddenSets:
         the node is final. Nothing is allocated; the GIL is released."""
         _fill_mask(words, self.table, descriptor, mc, eos)
 
-    def fill_masks(self, rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray, eos: np.ndarray,
-                   threads: int = 1) -> None:
+    def fill_masks(self, out: np.ndarray, rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray,
+                   eos: np.ndarray, threads: int = 1) -> None:
         """``fill_mask`` for many rows in one compiled call (the GIL released once), over up to ``threads``
-        threads: the row at address ``rows[k]`` (num_words words, each row a distinct one) gets the mask of
+        threads: row ``rows[k]`` of ``out`` (uint32[rows, num_words], C-contiguous; distinct rows) gets the mask of
         ``(descriptors[k], mcs[k])`` (int64 arrays)."""
         if parallel_threads(threads) > 1 and len(rows) > 1:
             numba.set_num_threads(parallel_threads(threads))  # numba's setting is per calling thread
-            _fill_masks_parallel(rows, self.table, descriptors, mcs, eos)
+            _fill_masks_parallel(out, rows, self.table, descriptors, mcs, eos)
         else:
-            _fill_masks(rows, self.table, descriptors, mcs, eos)
+            _fill_masks(out, rows, self.table, descriptors, mcs, eos)
 
     def _pointer_table(self) -> np.ndarray:
         """The table the mask kernels read (``_NUM_WORDS`` and (address, length) per array); the arrays it points

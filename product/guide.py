@@ -52,8 +52,8 @@ from automata import EmptyLanguageError, StateLimitError, from_regex
 from automata.dfa import concat_aranges, find_sorted, group_by, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
-from product.forbidden import (ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED, ForbiddenSets, copy_rows,
-                               pack, row_descriptor)
+from product.forbidden import (ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED, ForbiddenSets,
+                               copy_slab_rows, pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
@@ -394,7 +394,7 @@ class Guide:
                     self._row_of(slot)[:] = row
                     self._slot_of[state] = slot
             return
-        if view.strides[1] != 4:  # the kernels write whole rows: fill a compact copy
+        if not view.flags.c_contiguous:  # the kernels write rows of a C-contiguous batch: fill a compact copy
             compact = np.empty((len(states), self.num_words), dtype=np.uint32)
             self.fill_bitmask(states, compact, threads=threads)
             view[: len(states)] = compact
@@ -422,13 +422,12 @@ class Guide:
                 else:
                     first_row[state] = i
             if cached_rows:
-                copy_rows(_row_addresses(view, cached_rows), self._slot_addresses(cached_slots), self.num_words,
-                          threads)
+                copy_slab_rows(view, cached_rows, self._slab_addresses, cached_slots, _SLAB_ROWS, False, threads)
         if not first_row:
             return
         self._fill_rows(view, list(first_row.values()), list(first_row), threads)
         if repeats:
-            copy_rows(_row_addresses(view, repeats), _row_addresses(view, repeated), self.num_words, threads)
+            view[repeats] = view[repeated]
         self._keep(list(first_row.items()), view, threads)
 
     def _keep(self, computed: list[tuple[int, int]], view: np.ndarray, threads: int = 1) -> None:
@@ -443,14 +442,8 @@ class Guide:
                     self._slot_of[state] = slot
                     row_of_slot[slot] = i
             if row_of_slot:
-                copy_rows(self._slot_addresses(list(row_of_slot)), _row_addresses(view, list(row_of_slot.values())),
-                          self.num_words, threads)
-
-    def _slot_addresses(self, slots: list[int]) -> np.ndarray:
-        """The addresses of cache rows ``slots`` (the caller holds the lock while they are read or written)."""
-        slots = np.array(slots, dtype=np.int64)
-        slab, row = np.divmod(slots, _SLAB_ROWS)
-        return self._slab_addresses[slab] + row * (4 * self.num_words)
+                copy_slab_rows(view, list(row_of_slot.values()), self._slab_addresses, list(row_of_slot), _SLAB_ROWS,
+                               True, threads)
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id``. EOS in an accepting state leaves the state unchanged.
@@ -705,8 +698,8 @@ class Guide:
                 self._fill_row(state, out[row])
             return
         nodes, mcs = np.divmod(np.array(states, dtype=np.int64), self._M)
-        self._forbidden.fill_masks(_row_addresses(out, out_rows), self._descriptor_base + nodes * _DESCRIPTOR_BYTES,
-                                   mcs, self._eos_array, threads)
+        self._forbidden.fill_masks(out, np.array(out_rows, dtype=np.int64), self._descriptor_base + nodes *
+                                   _DESCRIPTOR_BYTES, mcs, self._eos_array, threads)
 
     def _describe_rows(self) -> None:
         """``_row_descriptors``: each node's rows as the mask kernels read them (``product.forbidden``): kind,
@@ -956,11 +949,6 @@ class Guide:
 
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
-
-
-def _row_addresses(view: np.ndarray, rows: list[int]) -> np.ndarray:
-    """int64 addresses of rows ``rows`` of ``view`` (2-D, each row contiguous)."""
-    return view.ctypes.data + np.array(rows, dtype=np.int64) * view.strides[0]
 
 
 def _tokens(array: np.ndarray) -> np.ndarray:

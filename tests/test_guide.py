@@ -568,8 +568,8 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets():
         expected[2][V - 1] = True  # final: EOS allowed
         batches = np.full((2, 6, num_words), 0xDEADBEEF, dtype=np.uint32)  # masks overwrite what the buffer held
         for batch, threads in zip(batches, (1, 2)):  # the serial and the parallel kernel
-            index.fill_masks(batch.ctypes.data + np.array([5, 0, 2, 3]) * batch.strides[0],
-                             np.array([address(k) for k in range(4)]), np.full(4, mc, dtype=np.int64), eos, threads)
+            index.fill_masks(batch, np.array([5, 0, 2, 3]), np.array([address(k) for k in range(4)]),
+                             np.full(4, mc, dtype=np.int64), eos, threads)
         for k, row in enumerate((5, 0, 2, 3)):
             words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)
             index.fill_mask(words, address(k), mc, eos)
