@@ -14,8 +14,16 @@ Python. The runtime is the oracle, so the members of every class are read from i
 3. the same deletion, one class at a time, over those leaves each class's members.
 
 About 0.3 s (most of it the runtime's per-byte bookkeeping of the 1.1M-character string), once per process.
-The answer depends only on the installed ``tokenizers`` (the Oniguruma its build bundles): ``unicode_source``
-names it for the keys of cached automata.
+
+The ``Digits`` and ``Punctuation`` pre-tokenizers use no regex: they test characters in Rust
+(``char::is_numeric``; ASCII punctuation or the ``unicode_categories`` crate's punctuation), with Unicode
+tables of their own. In ``tokenizers`` 0.23 Rust's numbers are Unicode 17's (13 more than the regex engine's
+``\\p{N}``) and the crate's punctuation is older than Python's (no U+061D, and U+166D, a symbol since Unicode 12,
+still in). ``pre_tokenizer_class`` reads their members from the runtime too, by running the pre-tokenizer
+itself over every code point (~0.2 s), and writes them as a regex class the loaders give the ``Split`` rule.
+
+The answers depend only on the installed ``tokenizers`` (the Oniguruma and the Rust its build used):
+``unicode_source`` names it for the keys of cached automata.
 """
 
 from __future__ import annotations
@@ -24,14 +32,15 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["class_bits", "unicode_source"]
+__all__ = ["class_bits", "pre_tokenizer_class", "unicode_source"]
 
 NUM_CODE_POINTS = 0x110000
 SURROGATES = range(0xD800, 0xE000)
 
 
 def unicode_source() -> str:
-    """What the class tables come from: the installed ``tokenizers`` version (it pins its Oniguruma)."""
+    """What the class tables come from: the installed ``tokenizers`` version (its build pins the Oniguruma and
+    the Rust whose Unicode tables are read here)."""
     import tokenizers
 
     return f"tokenizers {tokenizers.__version__}"
@@ -42,13 +51,38 @@ def class_bits(classes: tuple[str, ...]) -> np.ndarray:
     """uint16[0x110000] (at most 16 classes): bit k is set where the runtime's regex engine matches
     ``classes[k]`` (each a class escape such as ``\\p{L}`` or ``\\s``, written inside ``[...]``) on the code
     point alone. Surrogates, which no text holds, are in no class."""
-    code_points = np.r_[0 : SURROGATES.start, SURROGATES.stop : NUM_CODE_POINTS].astype(np.uint32)
-    in_some_class = _members(_text(code_points), "".join(classes))
+    in_some_class = _members(_text(_every_code_point()), "".join(classes))
     candidates = _text(in_some_class)
     bits = np.zeros(NUM_CODE_POINTS, dtype=np.uint16)
     for k, escape in enumerate(classes):
         bits[_members(candidates, escape)] |= np.uint16(1 << k)
     return bits
+
+
+@lru_cache(maxsize=2)
+def pre_tokenizer_class(kind: str) -> str:
+    """The regex class (``[...]`` of ``\\x{..}`` ranges) of the characters the runtime's ``Digits`` or
+    ``Punctuation`` pre-tokenizer (``kind``) splits on. Run over every code point in its contiguous form, the
+    pre-tokenizer cuts the text into runs of members and runs of the others, alternately; the runs holding a
+    character that is a member in every Unicode (``0``, ``!``) are the members'."""
+    from tokenizers import PreTokenizedString, pre_tokenizers
+
+    splitter, member = {"Digits": (pre_tokenizers.Digits(individual_digits=False), "0"),
+                        "Punctuation": (pre_tokenizers.Punctuation("contiguous"), "!")}[kind]
+    pretokenized = PreTokenizedString(_text(_every_code_point()))
+    splitter.pre_tokenize(pretokenized)
+    pieces = [piece for piece, _, _ in pretokenized.get_splits(offset_type="byte")]  # (char offsets are slow)
+    ends = np.cumsum([len(piece) for piece in pieces])
+    first = int(np.searchsorted(ends, ord(member), side="right")) % 2  # (below the surrogates: index = code point)
+    members = np.frombuffer("".join(pieces[first::2]).encode("utf-32-le"), dtype=np.uint32)
+    runs = np.split(members, np.flatnonzero(np.diff(members) != 1) + 1)
+    ranges = (f"\\x{{{run[0]:X}}}" + (f"-\\x{{{run[-1]:X}}}" if len(run) > 1 else "") for run in runs)
+    return "[" + "".join(ranges) + "]"
+
+
+def _every_code_point() -> np.ndarray:
+    """uint32: every code point but the surrogates, in order."""
+    return np.r_[0 : SURROGATES.start, SURROGATES.stop : NUM_CODE_POINTS].astype(np.uint32)
 
 
 def _text(code_points: np.ndarray) -> str:

@@ -1,22 +1,25 @@
-"""The character classes of the pre-tokenizer come from the runtime's regex engine, not Python's ``unicodedata``.
+"""The character classes of the pre-tokenizer come from the runtime, not Python's ``unicodedata``.
 
-The runtime (Oniguruma inside HF ``tokenizers``) knows a newer Unicode than Python 3.11 (Unicode 14): the
-characters below were assigned in Unicode 15, 15.1 and 16, and are unassigned (Cn) to Python 3.11. The runtime
-is the oracle: its pieces and its encodings of text holding them are what the automaton must draw and accept.
+The runtime's regex engine (Oniguruma inside HF ``tokenizers``) knows a newer Unicode than Python 3.11 (Unicode
+14): the characters below were assigned in Unicode 15, 15.1 and 16, and are unassigned (Cn) to Python 3.11. Its
+``Digits`` and ``Punctuation`` pre-tokenizers use Unicode tables of their own again. The runtime is the oracle:
+its pieces and its encodings of text holding them are what the automaton must draw and accept.
 """
 
 import random
 
 import numpy as np
 import pytest
-from tokenizers import Regex, pre_tokenizers
+from tokenizers import Regex
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import models, pre_tokenizers
 
-from bpe import SplitRule
+from bpe import SplitRule, load_tokenizer
 from bpe import automaton as automaton_module
 from bpe.pretokenizer import _CLASSES, build_segmentation, symbol_alphabet
 from bpe.unicode_classes import class_bits
 from conftest import automaton_of, model_of, runtime_of
-from test_tokenizer_forms import _O200K_PATTERN
+from test_tokenizer_forms import _O200K_PATTERN, _runtime_pieces
 
 # Assigned after Unicode 14, with the classes the runtime puts them in: letters of every case class but Lt (no
 # titlecase letter has been added since), marks, numbers, punctuation, and two symbols (in no class).
@@ -106,3 +109,37 @@ def test_the_cache_key_names_where_the_unicode_tables_come_from(monkeypatch):
     key = automaton_module.tokenizer_key(tokenizer)
     monkeypatch.setattr(automaton_module, "unicode_source", lambda: "tokenizers 0.0.0")
     assert automaton_module.tokenizer_key(tokenizer) != key
+
+
+# Where the runtime's Digits and Punctuation pre-tokenizers (Rust's char::is_numeric, Unicode 17; ASCII punctuation
+# or the unicode_categories crate's) disagree with its regex engine or with Python.
+RUST_PREDICATE_CHARACTERS = [
+    "\u061D",  # Arabic end of text mark: Po since Unicode 14, not punctuation to the crate
+    "\u166D",  # Canadian syllabics chi sign: So since Unicode 12, punctuation to the crate
+    "\U000111CA",  # Sharada sign nukta: Mn, punctuation to the crate
+    "\u1B4E",  # Po in Unicode 16, not punctuation to the crate
+    "\U00011DE0",  # a digit in Unicode 17 (Rust), unassigned to the regex engine
+    "\U00016FF4",  # a number in Unicode 17 (Rust), unassigned to the regex engine
+]
+
+
+@pytest.mark.parametrize("pre_tokenizer", [
+    pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.Digits(individual_digits=False),
+    *(pre_tokenizers.Punctuation(behavior) for behavior in ("isolated", "removed", "merged_with_previous",
+                                                             "merged_with_next", "contiguous"))],
+    ids=["digits_individual", "digits_contiguous", "punct_isolated", "punct_removed", "punct_merged_with_previous",
+         "punct_merged_with_next", "punct_contiguous"])
+def test_digits_and_punctuation_pre_tokenizers_split_where_the_runtime_s_own_do(pre_tokenizer):
+    """The loader's rule for each draws the runtime pre-tokenizer's own pieces, on text mixing the characters
+    where its Unicode tables disagree with the regex engine's, ASCII, and code points from every plane."""
+    runtime = HFTokenizer(models.BPE({"a": 0}, []))
+    runtime.pre_tokenizer = pre_tokenizer
+    segmentation = build_segmentation(load_tokenizer(runtime, eos_token_ids=[0]).pre_tokenizer)
+    rng = random.Random(17)
+    anywhere = [chr(cp) for cp in (rng.randrange(plane << 16, (plane + 1) << 16) for plane in range(17) for _ in
+                                   range(40)) if not 0xD800 <= cp < 0xE000]
+    alphabet = RUST_PREDICATE_CHARACTERS * 8 + list(NEWER_CHARACTERS) + ["a", "1", "!", "$", " ", "\n", "٣"]
+    texts = ["".join(rng.choice(alphabet if rng.random() < 0.7 else anywhere) for _ in range(rng.randint(1, 12)))
+             for _ in range(1500)]
+    for text in texts:
+        assert segmentation.marks(text) == _runtime_pieces(pre_tokenizer, text), repr(text)
