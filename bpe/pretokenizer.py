@@ -98,7 +98,7 @@ def _category_symbols() -> np.ndarray:
     bits = class_bits(_CLASSES)
     symbol_of_mask = np.full(1 << len(_CLASSES), -1, dtype=np.int16)
     for symbol, classes in _SYMBOL_CLASSES.items():
-        if symbol not in (LONG_S, KELVIN):
+        if symbol not in (LONG_S, KELVIN):  # (in LOWER's and UPPER's classes: set by code point below)
             symbol_of_mask[_class_mask(classes)] = symbol
     table = symbol_of_mask[bits]
     table[:128] = np.arange(128)
