@@ -55,6 +55,7 @@ from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
 from bpe.pretokenizer import Segmentation, build_segmentation
+from bpe.unicode_classes import unicode_source
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
@@ -324,7 +325,9 @@ class CacheError(TokenizerError):
 
 
 def tokenizer_key(tokenizer: Tokenizer) -> str:
-    """SHA-256 of everything that decides the canonical automaton."""
+    """SHA-256 of everything that decides the canonical automaton: the tokenizer, the format, and where the
+    character classes of the pre-tokenizer come from (the installed ``tokenizers``: an automaton built on
+    another runtime's Unicode tables is rebuilt, not trusted)."""
     digest = hashlib.sha256()
     for b in tokenizer.token_bytes:
         digest.update(b"\x00" if b is None else len(b).to_bytes(4, "little") + b)
@@ -332,7 +335,7 @@ def tokenizer_key(tokenizer: Tokenizer) -> str:
     digest.update(repr((tokenizer.byte_level, tokenizer.byte_fallback, tokenizer.ignore_merges,
                         [(r.pattern, r.behavior, r.invert) for r in tokenizer.pre_tokenizer],
                         tokenizer.normalizer, sorted(tokenizer.special_token_ids),
-                        sorted(tokenizer.added_token_ids), FORMAT_VERSION)).encode())
+                        sorted(tokenizer.added_token_ids), FORMAT_VERSION, unicode_source())).encode())
     return digest.hexdigest()
 
 

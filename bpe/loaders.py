@@ -24,6 +24,7 @@ import numpy as np
 
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import GPT2_PATTERN, SplitRule, Tokenizer, bytes_to_unicode
+from bpe.unicode_classes import pre_tokenizer_class
 
 __all__ = ["load_tokenizer", "to_runtime_tokenizer"]
 
@@ -271,8 +272,6 @@ def _parse_normalizer(spec: dict | None) -> tuple[tuple[str, ...], ...]:
 _BEHAVIORS = {"Isolated": "isolated", "Removed": "removed", "MergedWithPrevious": "merged_with_previous",
               "MergedWithNext": "merged_with_next", "Contiguous": "contiguous"}
 _BEHAVIORS.update({v: v for v in list(_BEHAVIORS.values())})
-# The Punctuation pre-tokenizer's predicate (Rust: is_ascii_punctuation or a Unicode P* category) as a class.
-PUNCTUATION_PATTERN = r"[\p{P}$+<=>^`|~]"
 
 
 def _behavior(spec: dict, default: str) -> str:
@@ -352,10 +351,13 @@ def _parse_pre_tokenizer(spec: dict | None, replaces: list[tuple[str, str]], fir
                     raise UnsupportedTokenizerError(f"Split({pattern['String']!r}, Removed, invert) removes all text")
                 return (), False, ()
         return (SplitRule(regex, behavior, invert),), False, ()
+    # Digits and Punctuation test characters in Rust, with Unicode tables other than the regex engine's: their
+    # members, read from the runtime, as a class.
     if kind == "Digits":
-        return (SplitRule(r"\p{N}", "isolated" if spec.get("individual_digits") else "contiguous"),), False, ()
+        behavior = "isolated" if spec.get("individual_digits") else "contiguous"
+        return (SplitRule(pre_tokenizer_class("Digits"), behavior),), False, ()
     if kind == "Punctuation":
-        return (SplitRule(PUNCTUATION_PATTERN, _behavior(spec, "Isolated")),), False, ()
+        return (SplitRule(pre_tokenizer_class("Punctuation"), _behavior(spec, "Isolated")),), False, ()
     if kind == "WhitespaceSplit":
         return (SplitRule(r"\s", "removed"),), False, ()
     if kind == "CharDelimiterSplit":

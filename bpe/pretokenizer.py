@@ -28,7 +28,9 @@ pattern of the rule set treats alike, found by refining a fixed one:
 - each ASCII character is its own symbol;
 - the other characters fall into *categories*: letters by case class (Lu, Ll, Lt, Lm, Lo), marks, numbers,
   punctuation, whitespace (the White_Space property) and the rest, plus the two non-ASCII letters that
-  case-insensitive matching folds onto ASCII (``ſ`` -> s, ``K`` (Kelvin) -> k);
+  case-insensitive matching folds onto ASCII (``ſ`` -> s, ``K`` (Kelvin) -> k). Which category a character is
+  in is what the runtime's own regex engine says (``bpe.unicode_classes`` probes it on every code point): its
+  Unicode is newer than Python's ``unicodedata``, and the runtime is the oracle;
 - every *named set* — the non-ASCII members of one bracket class (its ranges and literal characters, e.g.
   DeepSeek's ``[一-龥ࠀ-一가-퟿]``), or one non-ASCII character written outside a class (Metaspace's ``▁``) —
   splits the categories it cuts: a symbol per non-empty cell of (category, membership in each named set).
@@ -44,7 +46,6 @@ the obligations earlier pieces left behind ("alternative j must not produce a lo
 from __future__ import annotations
 
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from functools import cached_property, lru_cache
 
@@ -54,6 +55,7 @@ from automata import Alphabet, from_regex
 from automata.errors import CanonmergeError
 from bpe.errors import UnsupportedTokenizerError
 from bpe.model import SplitRule
+from bpe.unicode_classes import class_bits
 
 __all__ = ["Segmentation", "SymbolAlphabet", "build_segmentation", "symbol_alphabet"]
 
@@ -71,26 +73,18 @@ _CATEGORY_PLACEHOLDER = {LETTER: "\ue000", NUMBER: "\ue001", SPACE: "\ue002", OT
                          KELVIN: "\u212a", PUNCT: "\ue004", UPPER: "\ue005", LOWER: "\ue006", TITLE: "\ue007",
                          MODIFIER: "\ue008", MARK: "\ue009"}
 _FIRST_REFINED_PLACEHOLDER = 0xE010  # refined symbols 140.. (up to MAX_SYMBOLS stays in the private-use area)
-# The Unicode category each category symbol stands for ("Zs" for the White_Space symbol, "Cn" for the rest).
-_SYMBOL_CATEGORY = {LETTER: "Lo", NUMBER: "N", SPACE: "Zs", OTHER: "Cn", LONG_S: "Ll", KELVIN: "Lu", PUNCT: "P",
-                    UPPER: "Lu", LOWER: "Ll", TITLE: "Lt", MODIFIER: "Lm", MARK: "M"}
-_LETTER_SYMBOL = {"Lo": LETTER, "Lu": UPPER, "Ll": LOWER, "Lt": TITLE, "Lm": MODIFIER}
-# Unicode White_Space outside ASCII (what Oniguruma's \s matches; Python's str.isspace differs on \x1c-\x1f).
-_NON_ASCII_SPACE = [0x85, 0xA0, 0x1680, *range(0x2000, 0x200B), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
-_ASCII_SPACE = "\t\n\x0b\x0c\r "
-# The Unicode classes a pattern may use, as tests on (a character's category, whether it is White_Space).
-_CLASSES = {
-    r"\p{L}": lambda cat, space: cat[0] == "L",
-    r"\p{Lu}": lambda cat, space: cat == "Lu",
-    r"\p{Ll}": lambda cat, space: cat == "Ll",
-    r"\p{Lt}": lambda cat, space: cat == "Lt",
-    r"\p{Lm}": lambda cat, space: cat == "Lm",
-    r"\p{Lo}": lambda cat, space: cat == "Lo",
-    r"\p{M}": lambda cat, space: cat[0] == "M",
-    r"\p{N}": lambda cat, space: cat[0] == "N",
-    r"\p{P}": lambda cat, space: cat[0] == "P",
-    r"\s": lambda cat, space: space,
-}
+# The Unicode classes a pattern may use, and the classes the characters of each category symbol are in.
+_CLASSES = (r"\p{L}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}", r"\p{N}", r"\p{P}", r"\s")
+_SYMBOL_CLASSES = {LETTER: (r"\p{L}", r"\p{Lo}"), UPPER: (r"\p{L}", r"\p{Lu}"), LOWER: (r"\p{L}", r"\p{Ll}"),
+                   TITLE: (r"\p{L}", r"\p{Lt}"), MODIFIER: (r"\p{L}", r"\p{Lm}"), MARK: (r"\p{M}",),
+                   NUMBER: (r"\p{N}",), PUNCT: (r"\p{P}",), SPACE: (r"\s",), OTHER: (),
+                   LONG_S: (r"\p{L}", r"\p{Ll}"), KELVIN: (r"\p{L}", r"\p{Lu}")}
+
+
+def _class_mask(classes: tuple[str, ...]) -> int:
+    """The bits of ``classes`` in ``class_bits(_CLASSES)``."""
+    return sum(1 << _CLASSES.index(key) for key in classes)
+
 
 # A named set: the non-ASCII code points one class (or one literal character) names, as sorted, disjoint,
 # non-adjacent inclusive ranges.
@@ -99,22 +93,22 @@ CodePointSet = tuple[tuple[int, int], ...]
 
 @lru_cache(maxsize=1)
 def _category_symbols() -> np.ndarray:
-    """uint8[0x110000]: the fixed symbol of every code point (ASCII itself, the others their category)."""
-    table = np.full(0x110000, OTHER, dtype=np.uint8)
+    """uint8[0x110000]: the fixed symbol of every code point: ASCII itself, the others the category symbol of
+    the classes the runtime's regex engine puts them in (``bpe.unicode_classes``; surrogates: OTHER)."""
+    bits = class_bits(_CLASSES)
+    symbol_of_mask = np.full(1 << len(_CLASSES), -1, dtype=np.int16)
+    for symbol, classes in _SYMBOL_CLASSES.items():
+        if symbol not in (LONG_S, KELVIN):  # (in LOWER's and UPPER's classes: set by code point below)
+            symbol_of_mask[_class_mask(classes)] = symbol
+    table = symbol_of_mask[bits]
     table[:128] = np.arange(128)
-    for cp in range(128, 0x110000):
-        cat = unicodedata.category(chr(cp))
-        if cat[0] == "L":
-            table[cp] = _LETTER_SYMBOL.get(cat, LETTER)
-        elif cat[0] == "N":
-            table[cp] = NUMBER
-        elif cat[0] == "P":
-            table[cp] = PUNCT
-        elif cat[0] == "M":
-            table[cp] = MARK
-    table[_NON_ASCII_SPACE] = SPACE
+    if (table < 0).any():
+        cp = int(np.flatnonzero(table < 0)[0])
+        classes = [key for k, key in enumerate(_CLASSES) if bits[cp] >> k & 1]
+        raise UnsupportedTokenizerError(f"the runtime's regex engine puts U+{cp:04X} in {', '.join(classes)} at once, "
+                                        "which no character category has")
     table[0x17F], table[0x212A] = LONG_S, KELVIN
-    return table
+    return table.astype(np.uint8)
 
 
 @lru_cache(maxsize=1)
@@ -159,13 +153,15 @@ class SymbolAlphabet:
 
     @cached_property
     def class_members(self) -> dict[str, str]:
-        """Per Unicode class (``_CLASSES``), its members as the text inside ``[...]`` of a rewritten regex."""
-        categories = [_SYMBOL_CATEGORY[int(c)] for c in self.category[128:]]
+        """Per Unicode class (``_CLASSES``), its members as the text inside ``[...]`` of a rewritten regex: the
+        ASCII characters the runtime's regex engine puts in it, and the symbols of the categories in it."""
+        ascii_bits = class_bits(_CLASSES)[:128]
         out = {}
-        for key, test in _CLASSES.items():
-            ascii_members = [c for c in range(128) if test(unicodedata.category(chr(c)), chr(c) in _ASCII_SPACE)]
+        for key in _CLASSES:
+            ascii_members = np.flatnonzero(ascii_bits & _class_mask((key,))).tolist()
             out[key] = "".join(_regex_char(c) for c in ascii_members) + "".join(
-                self.placeholder(s) for s, cat in enumerate(categories, start=128) if test(cat, cat == "Zs"))
+                self.placeholder(s) for s, cat in enumerate(self.category[128:].tolist(), start=128)
+                if key in _SYMBOL_CLASSES[cat])
         return out
 
 

@@ -1,0 +1,98 @@
+"""Which Unicode classes the runtime's regex engine puts each code point in, asked of the runtime itself.
+
+Pre-tokenizer patterns test characters through Unicode classes (``\\p{L}``, ``\\p{N}``, ``\\s``...). The HF
+``tokenizers`` runtime matches them with the Oniguruma it was built with, whose Unicode tables need not be
+Python's: ``tokenizers`` 0.23 knows Unicode 16, Python 3.11's ``unicodedata`` Unicode 14, so a code point
+assigned in between (U+31350, a CJK letter since Unicode 15) is ``\\p{L}`` to the runtime and unassigned to
+Python. The runtime is the oracle, so the members of every class are read from it:
+
+1. every code point except the surrogates (a Python string holding one cannot cross into Rust) is written, in
+   order, into one string;
+2. a ``Replace`` normaliser built on the runtime's own ``Regex`` (the engine ``Split`` pre-tokenizers use)
+   deletes the runs of characters outside the union of the classes: what is left are the ~146k code points
+   that are in some class;
+3. the same deletion, one class at a time, over those leaves each class's members.
+
+About 0.3 s (most of it the runtime's per-byte bookkeeping of the 1.1M-character string), once per process.
+
+The ``Digits`` and ``Punctuation`` pre-tokenizers use no regex: they test characters in Rust
+(``char::is_numeric``; ASCII punctuation or the ``unicode_categories`` crate's punctuation), with Unicode
+tables of their own. In ``tokenizers`` 0.23 Rust's numbers are Unicode 17's (13 more than the regex engine's
+``\\p{N}``) and the crate's punctuation is older than Python's (no U+061D, and U+166D, a symbol since Unicode 12,
+still in). ``pre_tokenizer_class`` reads their members from the runtime too, by running the pre-tokenizer
+itself over every code point (~0.2 s), and writes them as a regex class the loaders give the ``Split`` rule.
+
+The answers depend only on the installed ``tokenizers`` (the Oniguruma and the Rust its build used):
+``unicode_source`` names it for the keys of cached automata.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+__all__ = ["class_bits", "pre_tokenizer_class", "unicode_source"]
+
+NUM_CODE_POINTS = 0x110000
+SURROGATES = range(0xD800, 0xE000)
+
+
+def unicode_source() -> str:
+    """What the class tables come from: the installed ``tokenizers`` version (its build pins the Oniguruma and
+    the Rust whose Unicode tables are read here)."""
+    import tokenizers
+
+    return f"tokenizers {tokenizers.__version__}"
+
+
+@lru_cache(maxsize=4)
+def class_bits(classes: tuple[str, ...]) -> np.ndarray:
+    """uint16[0x110000] (at most 16 classes): bit k is set where the runtime's regex engine matches
+    ``classes[k]`` (each a class escape such as ``\\p{L}`` or ``\\s``, written inside ``[...]``) on the code
+    point alone. Surrogates, which no text holds, are in no class."""
+    in_some_class = _members(_text(_every_code_point()), "".join(classes))
+    candidates = _text(in_some_class)
+    bits = np.zeros(NUM_CODE_POINTS, dtype=np.uint16)
+    for k, escape in enumerate(classes):
+        bits[_members(candidates, escape)] |= np.uint16(1 << k)
+    return bits
+
+
+@lru_cache(maxsize=2)
+def pre_tokenizer_class(kind: str) -> str:
+    """The regex class (``[...]`` of ``\\x{..}`` ranges) of the characters the runtime's ``Digits`` or
+    ``Punctuation`` pre-tokenizer (``kind``) splits on. Run over every code point in its contiguous form, the
+    pre-tokenizer cuts the text into runs of members and runs of the others, alternately; the runs holding a
+    character that is a member in every Unicode (``0``, ``!``) are the members'."""
+    from tokenizers import PreTokenizedString, pre_tokenizers
+
+    splitter, member = {"Digits": (pre_tokenizers.Digits(individual_digits=False), "0"),
+                        "Punctuation": (pre_tokenizers.Punctuation("contiguous"), "!")}[kind]
+    pretokenized = PreTokenizedString(_text(_every_code_point()))
+    splitter.pre_tokenize(pretokenized)
+    pieces = [piece for piece, _, _ in pretokenized.get_splits(offset_type="byte")]  # (char offsets are slow)
+    ends = np.cumsum([len(piece) for piece in pieces])
+    first = int(np.searchsorted(ends, ord(member), side="right")) % 2  # (below the surrogates: index = code point)
+    members = np.frombuffer("".join(pieces[first::2]).encode("utf-32-le"), dtype=np.uint32)
+    runs = np.split(members, np.flatnonzero(np.diff(members) != 1) + 1)
+    ranges = (f"\\x{{{run[0]:X}}}" + (f"-\\x{{{run[-1]:X}}}" if len(run) > 1 else "") for run in runs)
+    return "[" + "".join(ranges) + "]"
+
+
+def _every_code_point() -> np.ndarray:
+    """uint32: every code point but the surrogates, in order."""
+    return np.r_[0 : SURROGATES.start, SURROGATES.stop : NUM_CODE_POINTS].astype(np.uint32)
+
+
+def _text(code_points: np.ndarray) -> str:
+    """The string of ``code_points`` (uint32, no surrogates), in order."""
+    return code_points.astype("<u4").tobytes().decode("utf-32-le")
+
+
+def _members(text: str, escapes: str) -> np.ndarray:
+    """The code points of ``text`` that the runtime's regex ``[escapes]`` matches, in order (uint32)."""
+    from tokenizers import Regex, normalizers
+
+    kept = normalizers.Replace(Regex(f"[^{escapes}]+"), "").normalize_str(text)
+    return np.frombuffer(kept.encode("utf-32-le"), dtype=np.uint32)
