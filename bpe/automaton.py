@@ -43,7 +43,6 @@ import json
 import os
 import tempfile
 import time
-import unicodedata
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -55,7 +54,7 @@ from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import Tokenizer
 from bpe.pretokenizer import Segmentation, build_segmentation
-from bpe.unicode_classes import unicode_source
+from bpe.unicode_classes import rewritten_by, unicode_source
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
@@ -451,45 +450,18 @@ def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
     }
 
 
-_NEVER_NORMALIZED: dict[str, np.ndarray] = {}
-
-
 def _excluded_code_points(tokenizer: Tokenizer) -> np.ndarray | None:
     """bool[0x110000]: characters the normaliser never lets reach BPE (None: no such normaliser). The first
-    Unicode normal form decides (see the module docstring); ``Lowercase`` excludes every character it changes."""
+    Unicode normal form decides (see the module docstring): a character it changes on its own is rewritten in
+    every context, so never occurs in its output; ``Lowercase`` excludes every character it changes. Both tables
+    are the runtime's own (``bpe.unicode_classes.rewritten_by``), not Python's older ``unicodedata``."""
     forms = [step[0].upper() for step in tokenizer.normalizer if step[0] in ("nfc", "nfkc", "nfd", "nfkd")]
     lowercase = any(step[0] == "lowercase" for step in tokenizer.normalizer)
     if not forms and not lowercase:
         return None
-    table = _never_normalized(forms[0]).copy() if forms else np.zeros(0x110000, dtype=bool)
+    table = rewritten_by(forms[0]).copy() if forms else np.zeros(0x110000, dtype=bool)
     if lowercase:
-        table |= _changed_by_lowercase()
-    return table
-
-
-_CHANGED_BY_LOWERCASE: list[np.ndarray] = []
-
-
-def _changed_by_lowercase() -> np.ndarray:
-    if not _CHANGED_BY_LOWERCASE:
-        table = np.zeros(0x110000, dtype=bool)
-        for cp in range(0x110000):
-            if not 0xD800 <= cp < 0xE000 and chr(cp).lower() != chr(cp):
-                table[cp] = True
-        _CHANGED_BY_LOWERCASE.append(table)
-    return _CHANGED_BY_LOWERCASE[0]
-
-
-def _never_normalized(form: str) -> np.ndarray:
-    """bool[0x110000]: code points that never occur in ``form``-normalised text (a character that is not
-    normalised on its own is rewritten in every context: NFC_Quick_Check=No and the like)."""
-    table = _NEVER_NORMALIZED.get(form)
-    if table is None:
-        table = np.zeros(0x110000, dtype=bool)
-        for cp in range(0x110000):
-            if not 0xD800 <= cp < 0xE000 and not unicodedata.is_normalized(form, chr(cp)):
-                table[cp] = True
-        table = _NEVER_NORMALIZED[form] = table
+        table |= rewritten_by("Lowercase")
     return table
 
 

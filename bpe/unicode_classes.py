@@ -22,7 +22,12 @@ tables of their own. In ``tokenizers`` 0.23 Rust's numbers are Unicode 17's (13 
 still in). ``pre_tokenizer_class`` reads their members from the runtime too, by running the pre-tokenizer
 itself over every code point (~0.2 s), and writes them as a regex class the loaders give the ``Split`` rule.
 
-The answers depend only on the installed ``tokenizers`` (the Oniguruma and the Rust its build used):
+The normalisers have tables of their own too (the ``unicode-normalization`` crate, Rust's lowercase), which
+disagree with Python's both ways: under NFKC the runtime leaves U+10781-U+107BA (modifier letters Python
+decomposes) unchanged, under NFD U+11938; Rust lowercases 55 characters Python leaves. ``rewritten_by`` reads
+from the runtime which characters a normaliser changes when alone (see there, ~0.1-0.2 s per normaliser).
+
+The answers depend only on the installed ``tokenizers`` (the Oniguruma, the crates and the Rust its build used):
 ``unicode_source`` names it for the keys of cached automata.
 """
 
@@ -32,10 +37,14 @@ from functools import lru_cache
 
 import numpy as np
 
-__all__ = ["class_bits", "pre_tokenizer_class", "unicode_source"]
+__all__ = ["class_bits", "pre_tokenizer_class", "rewritten_by", "unicode_source"]
 
 NUM_CODE_POINTS = 0x110000
 SURROGATES = range(0xD800, 0xE000)
+# Between probed characters: a private-use character, which no normaliser changes, produces or composes with,
+# and which, being a starter, keeps canonical reordering from moving marks across it.
+SEPARATOR = "\ue000"
+BLOCK = 64  # code points probed together in the first pass of ``rewritten_by``
 
 
 def unicode_source() -> str:
@@ -78,6 +87,51 @@ def pre_tokenizer_class(kind: str) -> str:
     runs = np.split(members, np.flatnonzero(np.diff(members) != 1) + 1)
     ranges = (f"\\x{{{run[0]:X}}}" + (f"-\\x{{{run[-1]:X}}}" if len(run) > 1 else "") for run in runs)
     return "[" + "".join(ranges) + "]"
+
+
+@lru_cache(maxsize=5)
+def rewritten_by(normalizer: str) -> np.ndarray:
+    """bool[0x110000]: the code points that the runtime's normaliser ``normalizer`` (``"NFC"``, ``"NFKC"``,
+    ``"NFD"``, ``"NFKD"`` or ``"Lowercase"``) changes when the character stands alone. Surrogates are not
+    characters and are left False.
+
+    A string that a normal form leaves unchanged is made of characters it leaves unchanged alone (a normalised
+    string holds no character with a decomposition, nor an excluded composite), and lowercasing works character
+    by character, so the probe narrows in two passes, each one call of the normaliser:
+
+    1. every code point (the separator aside) in blocks of ``BLOCK`` consecutive ones, the blocks joined by
+       ``SEPARATOR``: a block that comes back unchanged holds no rewritten character;
+    2. the characters of the blocks that came back changed (by a rewrite, or by a composition or reordering
+       between neighbours), each alone between separators: those that come back different are the rewritten.
+
+    The separator confines each normalisation to its own block or character; that it comes back once per block
+    is checked. Cost: about the second pass's tenth of the code points plus the first pass."""
+    from tokenizers import normalizers
+
+    normalize = getattr(normalizers, normalizer)().normalize_str
+    if normalize(SEPARATOR) != SEPARATOR:
+        raise RuntimeError(f"the runtime's {normalizer} changes the probe's separator U+{ord(SEPARATOR):04X}")
+    code_points = _every_code_point()
+    code_points = code_points[code_points != ord(SEPARATOR)]
+    every = _text(code_points)
+    blocks = [every[start : start + BLOCK] for start in range(0, len(every), BLOCK)]
+    changed = [k for k, text in enumerate(_normalize_each(normalize, blocks)) if text != blocks[k]]
+    candidates = "".join(blocks[k] for k in changed)
+    rewritten = np.zeros(NUM_CODE_POINTS, dtype=bool)
+    for character, text in zip(candidates, _normalize_each(normalize, candidates)):
+        rewritten[ord(character)] = text != character
+    return rewritten
+
+
+def _normalize_each(normalize, texts: list[str] | str) -> list[str]:
+    """``normalize`` applied to each of ``texts`` (strings, or the characters of one; none holding
+    ``SEPARATOR``), in one call over them all joined by the separator."""
+    if not texts:
+        return []
+    pieces = normalize(SEPARATOR.join(texts)).split(SEPARATOR)
+    if len(pieces) != len(texts):
+        raise RuntimeError("a normaliser produced or removed the probe's separator")
+    return pieces
 
 
 def _every_code_point() -> np.ndarray:
