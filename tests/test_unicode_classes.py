@@ -3,23 +3,26 @@
 The runtime's regex engine (Oniguruma inside HF ``tokenizers``) knows a newer Unicode than Python 3.11 (Unicode
 14): the characters below were assigned in Unicode 15, 15.1 and 16, and are unassigned (Cn) to Python 3.11. Its
 ``Digits`` and ``Punctuation`` pre-tokenizers use Unicode tables of their own again. The runtime is the oracle:
-its pieces and its encodings of text holding them are what the automaton must draw and accept.
+its pieces and its encodings of text holding them are what the automaton must draw and accept. So are its
+normalisers' tables (the characters NFC/NFKC/NFD/NFKD and Lowercase rewrite), which are not Python's either.
 """
 
+import dataclasses
 import random
+import unicodedata
 
 import numpy as np
 import pytest
 from tokenizers import Regex
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers
+from tokenizers import models, normalizers, pre_tokenizers
 
-from bpe import SplitRule, load_tokenizer
+from bpe import SplitRule, compile_tokenizer, load_tokenizer
 from bpe import automaton as automaton_module
 from bpe.pretokenizer import _CLASSES, build_segmentation, symbol_alphabet
 from bpe.unicode_classes import class_bits
 from conftest import automaton_of, model_of, runtime_of
-from test_tokenizer_forms import _O200K_PATTERN, _runtime_pieces
+from test_tokenizer_forms import _O200K_PATTERN, _gpt2_json, _load_pair, _runtime_pieces
 
 # Assigned after Unicode 14, with the classes the runtime puts them in: letters of every case class but Lt (no
 # titlecase letter has been added since), marks, numbers, punctuation, and two symbols (in no class).
@@ -143,3 +146,68 @@ def test_digits_and_punctuation_pre_tokenizers_split_where_the_runtime_s_own_do(
              for _ in range(1500)]
     for text in texts:
         assert segmentation.marks(text) == _runtime_pieces(pre_tokenizer, text), repr(text)
+
+
+# Where the runtime's normalisers disagree with Python's: characters Python's NFKC/NFKD decompose and the runtime
+# leaves (modifier letters of Unicode 14, SQUARE ERA NAME REIWA, segmented digits), the one Python's NFD/NFKD
+# decompose and the runtime leaves (DIVES AKURU VOWEL SIGN O), and capitals of Unicode 16 only Rust lowercases.
+DISAGREEING_NORMALISER_CHARACTERS = ["\U00010781", "\U000107BA", "\u32FF", "\uA7F2", "\U0001FBF0", "\U00011938",
+                                     "\u1C89", "\U00010D50", "\U00016EA0"]
+# Characters each normaliser rewrites whatever surrounds them (Angstrom sign, ligature fi, precomposed e acute).
+REWRITTEN_CHARACTER = {"NFC": "\u212B", "NFKC": "\u212B\uFB01", "NFD": "\u212B\u00E9", "NFKD": "\uFB01\u00E9",
+                       "Lowercase": "A\u1C89"}
+NORMALISERS = {"NFC": "nfc", "NFKC": "nfkc", "NFD": "nfd", "NFKD": "nfkd", "Lowercase": "lowercase"}
+
+
+def _python_rewrites(normalizer: str, cp: int) -> bool:
+    c = chr(cp)
+    return c.lower() != c if normalizer == "Lowercase" else not unicodedata.is_normalized(normalizer, c)
+
+
+@pytest.mark.parametrize("normalizer", sorted(NORMALISERS))
+def test_the_characters_a_normaliser_excludes_are_those_the_runtime_s_rewrites(normalizer):
+    """The characters the automaton excludes under a normaliser are exactly those the runtime's own normaliser
+    changes alone, on code points drawn from all 17 planes, on the excluded ones, and on those where Python's
+    tables say otherwise."""
+    model = dataclasses.replace(model_of("gpt2"), normalizer=((NORMALISERS[normalizer],),))
+    excluded = automaton_module._excluded_code_points(model)
+    normalize = getattr(normalizers, normalizer)().normalize_str
+    rng = np.random.default_rng(16)
+    sample = np.concatenate([rng.integers(plane << 16, (plane + 1) << 16, 300) for plane in range(17)]
+                            + [rng.choice(np.flatnonzero(excluded), 300), np.arange(128),
+                               [ord(c) for c in DISAGREEING_NORMALISER_CHARACTERS]])
+    sample = sample[(sample < 0xD800) | (sample >= 0xE000)].tolist()
+    assert [cp for cp in sample if excluded[cp] != (normalize(chr(cp)) != chr(cp))] == []
+    python_disagrees = [c for c in DISAGREEING_NORMALISER_CHARACTERS
+                        if _python_rewrites(normalizer, ord(c)) != bool(excluded[ord(c)])]
+    expected = {"NFC": [], "NFKC": DISAGREEING_NORMALISER_CHARACTERS[:5], "NFD": ["\U00011938"],
+                "NFKD": DISAGREEING_NORMALISER_CHARACTERS[:6], "Lowercase": DISAGREEING_NORMALISER_CHARACTERS[6:]}
+    assert python_disagrees == expected[normalizer]
+
+
+@pytest.mark.parametrize("normalizer", sorted(NORMALISERS))
+def test_runtime_encodings_of_text_the_normaliser_leaves_are_accepted_and_what_it_rewrites_is_not(normalizer,
+                                                                                                  tmp_path):
+    """GPT-2 under each normaliser accepts the runtime's encodings of text holding the characters where Python's
+    tables disagree with the runtime's (Python would have excluded the first six under NFKC/NFKD, U+11938 under
+    NFD); and no token holding a character the runtime's normaliser rewrites is ever allowed, nor such a
+    character spelled byte by byte."""
+    data = _gpt2_json()
+    data["normalizer"] = {"type": normalizer}
+    model, runtime = _load_pair(data, tmp_path)
+    automaton = compile_tokenizer(model)
+    rng = random.Random(18)
+    alphabet = DISAGREEING_NORMALISER_CHARACTERS + ["a", "Z", " ", "\n", "1", "é", "\u0301", "中"]
+    texts = [f"x{c}y {c}{c}\n" for c in DISAGREEING_NORMALISER_CHARACTERS]
+    texts += ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(300)]
+    rejected = [text for text in texts if not automaton.accepts(runtime.encode(text, add_special_tokens=False).ids)]
+    assert rejected == []
+    normalize = runtime.normalizer.normalize_str
+    rewriting = [t for t, b in enumerate(model.token_bytes) if b and any(
+        normalize(c) != c for c in b.decode("utf-8", "ignore"))]
+    assert (len(rewriting) > 20 or normalizer == "NFC") and not automaton.allowed_after(automaton.start_class)[
+        rewriting].any()  # (GPT-2 has no token holding a character NFC rewrites)
+    byte_token = {b: t for t, b in enumerate(model.token_bytes) if b is not None and len(b) == 1}
+    for c in REWRITTEN_CHARACTER[normalizer]:
+        assert normalize(c) != c
+        assert not automaton.accepts([byte_token[bytes([b])] for b in f"a{c}".encode()])
