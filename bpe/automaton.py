@@ -58,7 +58,7 @@ from bpe.unicode_classes import rewritten_by, unicode_source
 
 __all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
 
-FORMAT_VERSION = 9
+FORMAT_VERSION = 8
 
 
 class DisallowedTokenError(TokenizerError):
