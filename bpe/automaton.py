@@ -335,7 +335,15 @@ def tokenizer_key(tokenizer: Tokenizer) -> str:
                         [(r.pattern, r.behavior, r.invert) for r in tokenizer.pre_tokenizer],
                         tokenizer.normalizer, sorted(tokenizer.special_token_ids),
                         sorted(tokenizer.added_token_ids), FORMAT_VERSION, unicode_source())).encode())
+    if any(step[0] in _PROBED_NORMALIZERS for step in tokenizer.normalizer):
+        # the characters these normalisers rewrite are the runtime's since this tag (they were Python's, whose
+        # older Unicode disagrees on them; on NFC it agrees): automata cached before it are rebuilt, the others
+        # keep their keys
+        digest.update(b"normalisers probed from the runtime")
     return digest.hexdigest()
+
+
+_PROBED_NORMALIZERS = ("nfkc", "nfd", "nfkd", "lowercase")
 
 
 def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, progress=None,
