@@ -31,7 +31,8 @@ from numba import carray, njit, prange
 from bpe.automaton import CanonicalAutomaton
 from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "parallel_threads", "ROW_NONE", "ROW_SPARSE", "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
+__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
+           "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
 DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
 DENSE_BUDGET_BYTES = 256 << 20  # ... unless that exceeds this; then only the largest classes that fit
@@ -192,31 +193,19 @@ def _copy_slab_rows(out, rows, slab_addresses, slots, slab_rows, to_slabs):
                 row[w] = cached[w]
 
 
-@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64, boolean)", parallel=True, **_KERNEL)
-def _copy_slab_rows_parallel(out, rows, slab_addresses, slots, slab_rows, to_slabs):
-    num_words = out.shape[1]
-    for k in prange(len(rows)):
-        cached = uint32_at(slab_addresses[slots[k] // slab_rows] + 4 * num_words * (slots[k] % slab_rows))
-        row = out[rows[k]]
-        for w in range(num_words):
-            if to_slabs:
-                cached[w] = row[w]
-            else:
-                row[w] = cached[w]
-
-
 def copy_slab_rows(out: np.ndarray, rows: list[int], slab_addresses: np.ndarray, slots: list[int], slab_rows: int,
-                   to_slabs: bool, threads: int = 1) -> None:
+                   to_slabs: bool) -> None:
     """Copy rows ``rows`` of ``out`` (uint32, C-contiguous) into cache slots ``slots`` (``to_slabs``) or back, in
-    one compiled call without the GIL, over up to ``threads`` threads. The caller holds the cache's lock."""
-    rows, slots = np.array(rows, dtype=np.int64), np.array(slots, dtype=np.int64)
-    if parallel_threads(threads) > 1 and len(rows) > 1:
-        numba.set_num_threads(parallel_threads(threads))
-        _copy_slab_rows_parallel(out, rows, slab_addresses, slots, slab_rows, to_slabs)
-    else:
-        _copy_slab_rows(out, rows, slab_addresses, slots, slab_rows, to_slabs)
+    one compiled call without the GIL. The caller holds the cache's lock. (On one thread: a copy is memory-bound,
+    and split over two it was 0.5x as fast, the parallel region's start costing more than the copy.)"""
+    _copy_slab_rows(out, np.array(rows, dtype=np.int64), slab_addresses, np.array(slots, dtype=np.int64), slab_rows,
+                    to_slabs)
 
 
+# A parallel region costs ~2-20 µs to start on the development VM (ms with a busy CPU) and a mask ~1-15 µs: 24 new
+# rows of ~1 µs each took 190 µs on one thread and 318 on two (bench/gpu_masks.py). Fewer rows than this are
+# computed on the calling thread.
+PARALLEL_MIN_ROWS = 64
 _threadsafe_layer: bool | None = None
 _LAYER_LOCK = threading.Lock()
 
@@ -235,7 +224,7 @@ def parallel_threads(threads: int) -> int:
         with _LAYER_LOCK:
             if _threadsafe_layer is None:
                 empty = np.zeros(0, dtype=np.int64)
-                _copy_slab_rows_parallel(np.zeros((0, 1), dtype=np.uint32), empty, empty, empty, 1, False)
+                _fill_masks_parallel(np.zeros((0, 1), dtype=np.uint32), empty, empty, empty, empty, empty)
                 _threadsafe_layer = numba.threading_layer() in ("omp", "tbb")
     return min(threads, numba.config.NUMBA_NUM_THREADS) if _threadsafe_layer else 1
 
@@ -387,9 +376,9 @@ class ForbiddenSets:
     def fill_masks(self, out: np.ndarray, rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray,
                    eos: np.ndarray, threads: int = 1) -> None:
         """``fill_mask`` for many rows in one compiled call (the GIL released once), over up to ``threads``
-        threads: row ``rows[k]`` of ``out`` (uint32[rows, num_words], C-contiguous; distinct rows) gets the mask of
-        ``(descriptors[k], mcs[k])`` (int64 arrays)."""
-        if parallel_threads(threads) > 1 and len(rows) > 1:
+        threads when there are at least ``PARALLEL_MIN_ROWS``: row ``rows[k]`` of ``out`` (uint32[rows,
+        num_words], C-contiguous; distinct rows) gets the mask of ``(descriptors[k], mcs[k])`` (int64 arrays)."""
+        if parallel_threads(threads) > 1 and len(rows) >= PARALLEL_MIN_ROWS:
             numba.set_num_threads(parallel_threads(threads))  # numba's setting is per calling thread
             _fill_masks_parallel(out, rows, self.table, descriptors, mcs, eos)
         else:

@@ -369,7 +369,7 @@ class Guide:
     def fill_bitmask(self, states, out: np.ndarray, *, threads: int = 1) -> None:
         """Write the masks of a batch of states into the first ``len(states)`` rows of ``out`` (int32 or uint32
         ``[rows, num_words]``, a numpy array or a CPU torch tensor): bit ``t % 32`` of word ``t // 32`` is set iff
-        token t is allowed. ``threads``: copy and compute the batch's rows over up to that many threads (numba's;
+        token t is allowed. ``threads``: compute the batch's new rows over up to that many threads (numba's;
         ``product.fill_next_token_bitmasks`` explains when that pays). A bad buffer or state raises
         ``TypeError``/``ValueError`` before any row is written."""
         if not isinstance(out, np.ndarray):
@@ -422,15 +422,15 @@ class Guide:
                 else:
                     first_row[state] = i
             if cached_rows:
-                copy_slab_rows(view, cached_rows, self._slab_addresses, cached_slots, _SLAB_ROWS, False, threads)
+                copy_slab_rows(view, cached_rows, self._slab_addresses, cached_slots, _SLAB_ROWS, False)
         if not first_row:
             return
         self._fill_rows(view, list(first_row.values()), list(first_row), threads)
         if repeats:
             view[repeats] = view[repeated]
-        self._keep(list(first_row.items()), view, threads)
+        self._keep(list(first_row.items()), view)
 
-    def _keep(self, computed: list[tuple[int, int]], view: np.ndarray, threads: int = 1) -> None:
+    def _keep(self, computed: list[tuple[int, int]], view: np.ndarray) -> None:
         """Copy the masks just computed (state, row of ``view``) into the cache; a state cached meanwhile by
         another thread keeps its copy. Evictions happen in order, so when the batch holds more new states than
         the cache, a slot is written once, with the last state given it."""
@@ -443,7 +443,7 @@ class Guide:
                     row_of_slot[slot] = i
             if row_of_slot:
                 copy_slab_rows(view, list(row_of_slot.values()), self._slab_addresses, list(row_of_slot), _SLAB_ROWS,
-                               True, threads)
+                               True)
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id``. EOS in an accepting state leaves the state unchanged.

@@ -532,12 +532,15 @@ def test_bad_input_gets_typed_errors():
         guide.allowed(-1)
 
 
-def test_forbidden_sets_in_masks_equal_the_automaton_sets():
+def test_forbidden_sets_in_masks_equal_the_automaton_sets(monkeypatch):
     """Masks read F[mc] through the compiled kernels: packed once for the largest classes (Llama-3 has classes
     forbidding most of the vocabulary, among them the whole-piece class that forbids everything), walked
     interval by interval for the others, or tested token by token for short rows."""
+    from product import forbidden
     from product.forbidden import DENSE_MIN, ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
     from product.guide import _forbidden_index
+
+    monkeypatch.setattr(forbidden, "PARALLEL_MIN_ROWS", 2)  # the parallel kernel on a few rows
 
     automaton = automaton_of("llama3")
     index = _forbidden_index(automaton)
