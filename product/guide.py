@@ -388,11 +388,7 @@ class Guide:
                     row[:] = cached
                     return
             self._fill_row(state, row)
-            with self._lock:
-                if state not in self._slot_of:
-                    slot = self._free_slot()
-                    self._row_of(slot)[:] = row
-                    self._slot_of[state] = slot
+            self._keep([(state, 0)], view)
             return
         if not view.flags.c_contiguous:  # the kernels write rows of a C-contiguous batch: fill a compact copy
             compact = np.empty((len(states), self.num_words), dtype=np.uint32)
@@ -441,7 +437,10 @@ class Guide:
                     slot = self._free_slot()
                     self._slot_of[state] = slot
                     row_of_slot[slot] = i
-            if row_of_slot:
+            if len(row_of_slot) == 1:  # one row: a numpy copy (the kernel's index arrays cost more than it)
+                (slot, i), = row_of_slot.items()
+                self._row_of(slot)[:] = view[i]
+            elif row_of_slot:
                 copy_slab_rows(view, list(row_of_slot.values()), self._slab_addresses, list(row_of_slot), _SLAB_ROWS,
                                True)
 

@@ -20,7 +20,6 @@ and scheduling.
 from __future__ import annotations
 
 import operator
-import threading
 import weakref
 from collections import deque
 from typing import Iterable, Sequence
