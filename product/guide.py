@@ -220,8 +220,7 @@ class Guide:
         self._lock = threading.Lock()
         self._slabs: list[np.ndarray] = []
         self._slab_views: list[memoryview] = []  # the same rows, for ``_cached_bit``
-        # where each slab is, for the compiled kernels (``_add_slab`` fills it in)
-        self._slab_addresses = np.zeros(-(-cache_size // _SLAB_ROWS), dtype=np.int64)
+        self._slab_addresses = self._slab_address_table()
         # built here, not on first use: on a guide just compiled, building it in the first advance cost ~35 µs
         self._step_table = self._new_step_table()
         self._add_slab()
@@ -326,8 +325,7 @@ class Guide:
         self._advanced = {}
         if "_rows" in state:  # a guide with rows of its own (a stitched guide has its fragments')
             self._describe_rows()
-        self._slab_addresses = np.zeros(-(-self._cache_size // _SLAB_ROWS), dtype=np.int64)
-        self._slab_addresses[: len(self._slabs)] = [slab.ctypes.data for slab in self._slabs]
+        self._slab_addresses = self._slab_address_table()
         self._step_table = self._new_step_table()  # addresses: this process's copies of the arrays
 
     # ---- sizes --------------------------------------------------------------------------------------------
@@ -634,6 +632,13 @@ class Guide:
     def _fill_row(self, state: int, words: np.ndarray) -> None:
         """Compute the mask of ``state`` into ``words`` (a counted guide decodes its counter here)."""
         self._compute_mask(*self._split(state), words)
+
+    def _slab_address_table(self) -> np.ndarray:
+        """Where each slab of the mask cache is, for the compiled kernels: int64[slabs the cache may need], the
+        slabs already made filled in (``_add_slab`` fills in the others)."""
+        addresses = np.zeros(-(-self._cache_size // _SLAB_ROWS), dtype=np.int64)
+        addresses[: len(self._slabs)] = [slab.ctypes.data for slab in self._slabs]
+        return addresses
 
     def _add_slab(self) -> None:
         """Masks live in preallocated slabs of rows, so computing one allocates nothing (a fresh 16 KB array per
