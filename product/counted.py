@@ -629,6 +629,10 @@ class CountedGuide(_guide_class()):
         node, mc, k = self._decode(state)
         self._compute_counted(node, mc, k, words)
 
+    def _fill_at(self, state: int, out, address: int) -> None:
+        from product.guide import _uint32_rows  # (product.guide imports this module)
+        self._fill_row(state, _uint32_rows(out, 1, self.num_words)[0])
+
     def _compute_counted(self, node: int, mc: int, k: int, out: np.ndarray) -> None:
         if self._layers is None:  # during the base constructor: the start state, which has no counter
             self._compute_mask(node, mc, out)

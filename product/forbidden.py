@@ -31,7 +31,7 @@ from numba import carray, njit, prange
 from bpe.automaton import CanonicalAutomaton
 from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
+__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "copy_slot_row", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
 DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
@@ -163,6 +163,11 @@ def _fill_mask(words, table, descriptor, merge_class, eos):
     _fill_one(words, table, descriptor, merge_class, eos)
 
 
+@njit("void(int64, int64[::1], int64, int64, int64[::1])", **_KERNEL)
+def _fill_mask_at(address, table, descriptor, merge_class, eos):
+    _fill_one(carray(uint32_at(address), table[_NUM_WORDS]), table, descriptor, merge_class, eos)
+
+
 # Many rows: row ``rows[k]`` of ``out`` gets the mask of (descriptors[k], merge_classes[k]). Serial, and parallel
 # over numba's threads (``parallel_threads``) for a batch split across CPUs.
 @njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", **_KERNEL)
@@ -200,6 +205,20 @@ def copy_slab_rows(out: np.ndarray, rows: list[int], slab_addresses: np.ndarray,
     and split over two it was 0.5x as fast, the parallel region's start costing more than the copy.)"""
     _copy_slab_rows(out, np.array(rows, dtype=np.int64), slab_addresses, np.array(slots, dtype=np.int64), slab_rows,
                     to_slabs)
+
+
+@njit("void(int64, int64[::1], int64, int64, int64, boolean)", cache=True, boundscheck=False)
+def copy_slot_row(address, slab_addresses, slot, slab_rows, num_words, to_slot):
+    """Copy the ``num_words`` words at ``address`` (a caller's mask row) into cache slot ``slot`` (``to_slot``), or
+    the slot's row to ``address``: one row, under the cache's lock. The GIL is kept: releasing and taking it back
+    would cost more than the copy of a 50k-token row."""
+    cached = uint32_at(slab_addresses[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
+    row = uint32_at(address)
+    for w in range(num_words):
+        if to_slot:
+            cached[w] = row[w]
+        else:
+            row[w] = cached[w]
 
 
 # A parallel region costs ~2-20 µs to start on the development VM (ms with a busy CPU) and a mask ~1-15 µs: 24 new
@@ -372,6 +391,10 @@ class ForbiddenSets:
         address ``descriptor``: X | (Y - F[mc]) | (Z & F[mc]), or XY ^ (D & F[mc]); the ``eos`` tokens too where
         the node is final. Nothing is allocated; the GIL is released."""
         _fill_mask(words, self.table, descriptor, mc, eos)
+
+    def fill_mask_at(self, address: int, descriptor: int, mc: int, eos: np.ndarray) -> None:
+        """``fill_mask`` into the ``num_words`` words at ``address`` (a caller's buffer, read without numpy)."""
+        _fill_mask_at(address, self.table, descriptor, mc, eos)
 
     def fill_masks(self, out: np.ndarray, rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray,
                    eos: np.ndarray, threads: int = 1) -> None:

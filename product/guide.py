@@ -40,6 +40,7 @@ in a bounded LRU cache per guide whose rows are preallocated (computing a mask a
 from __future__ import annotations
 
 import operator
+import sys
 import threading
 import weakref
 from collections import OrderedDict
@@ -53,7 +54,7 @@ from automata.dfa import concat_aranges, find_sorted, group_by, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.forbidden import (ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED, ForbiddenSets,
-                               copy_slab_rows, pack, row_descriptor)
+                               copy_slab_rows, copy_slot_row, pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
@@ -370,24 +371,14 @@ class Guide:
         token t is allowed. ``threads``: compute the batch's new rows over up to that many threads (numba's;
         ``product.fill_next_token_bitmasks`` explains when that pays). A bad buffer or state raises
         ``TypeError``/``ValueError`` before any row is written."""
-        if not isinstance(out, np.ndarray):
-            out = out.numpy()  # a CPU torch tensor: same memory (torch raises TypeError for other devices)
-        if out.dtype not in _MASK_DTYPES or out.ndim != 2 or out.shape[1] != self.num_words or len(out) < len(states):
-            raise ValueError(f"fill_bitmask needs an int32 or uint32 buffer of [at least {len(states)} rows, "
-                             f"{self.num_words} words], not {out.dtype} {list(out.shape)}")
+        if len(states) == 1:  # a decoder's step: one row copied or computed in place, no batch bookkeeping
+            address = _first_row_address(out, self.num_words)
+            if address:
+                self._fill_one(states[0], out, address)
+                return
+        view = _uint32_rows(out, len(states), self.num_words)
         for state in states:
             self._split(state)
-        view = out.view(np.uint32)
-        if len(states) == 1:  # a decoder's step: the row copied or computed in place, no batch bookkeeping
-            state, row = states[0], view[0]  # (each small numpy operation of the batch path costs 1.5-3.5 µs here)
-            with self._lock:
-                cached = self._cached_row(state)
-                if cached is not None:
-                    row[:] = cached
-                    return
-            self._fill_row(state, row)
-            self._keep([(state, 0)], view)
-            return
         if not view.flags.c_contiguous:  # the kernels write rows of a C-contiguous batch: fill a compact copy
             compact = np.empty((len(states), self.num_words), dtype=np.uint32)
             self.fill_bitmask(states, compact, threads=threads)
@@ -423,6 +414,24 @@ class Guide:
         if repeats:
             view[repeats] = view[repeated]
         self._keep(list(first_row.items()), view)
+
+    def _fill_one(self, state: int, out, address: int) -> None:
+        """``fill_bitmask`` of one state into the first row of ``out``, at ``address`` (its words adjacent): a
+        cached mask is one copy between addresses, under the lock; a new one is computed outside it, then kept."""
+        self._split(state)  # a bad state raises before anything is written
+        num_words = self.num_words
+        with self._lock:
+            slot = self._slot_of.get(state)
+            if slot is not None:
+                self._slot_of.move_to_end(state)
+                copy_slot_row(address, self._slab_addresses, slot, _SLAB_ROWS, num_words, False)
+                return
+        self._fill_at(state, out, address)
+        with self._lock:
+            if state not in self._slot_of:  # (another thread may have kept it meanwhile)
+                slot = self._free_slot()
+                self._slot_of[state] = slot
+                copy_slot_row(address, self._slab_addresses, slot, _SLAB_ROWS, num_words, True)
 
     def _keep(self, computed: list[tuple[int, int]], view: np.ndarray) -> None:
         """Copy the masks just computed (state, row of ``view``) into the cache; a state cached meanwhile by
@@ -475,9 +484,9 @@ class Guide:
         rows (``_allows``) instead of computing 16 KB of mask for one bit."""
         try:
             with self._lock:
-                nxt = step(self._step_table.table, state, token, self._slot_of.get(state, -1), -1)
+                nxt = step(self._step_table.address, state, token, self._slot_of.get(state, -1), -1)
             if nxt == UNCACHED:
-                nxt = step(self._step_table.table, state, token, -1, int(self._allows(*divmod(state, self._M), token)))
+                nxt = step(self._step_table.address, state, token, -1, int(self._allows(*divmod(state, self._M), token)))
         except OverflowError:  # an int beyond int64
             nxt = BAD_STATE
         if nxt >= 0:
@@ -632,6 +641,12 @@ class Guide:
     def _fill_row(self, state: int, words: np.ndarray) -> None:
         """Compute the mask of ``state`` into ``words`` (a counted guide decodes its counter here)."""
         self._compute_mask(*self._split(state), words)
+
+    def _fill_at(self, state: int, out, address: int) -> None:
+        """``_fill_row`` into the first row of ``out``, whose words are at ``address``: read without numpy where the
+        guide can (a counted guide edits the row with numpy)."""
+        node, mc = self._split(state)
+        self._forbidden.fill_mask_at(address, self._descriptor_base + node * _DESCRIPTOR_BYTES, mc, self._eos_array)
 
     def _slab_address_table(self) -> np.ndarray:
         """Where each slab of the mask cache is, for the compiled kernels: int64[slabs the cache may need], the
@@ -962,6 +977,45 @@ def _tokens(array: np.ndarray) -> np.ndarray:
 def _words(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.uint32)
 _MASK_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
+
+
+def _buffer_error(out, rows: int, num_words: int) -> str:
+    return (f"fill_bitmask needs an int32 or uint32 buffer of [at least {rows} rows, {num_words} words], not "
+            f"{out.dtype} {list(out.shape)}")
+
+
+def _first_row_address(out, num_words: int) -> int:
+    """For a one-state ``fill_bitmask``: the address of the first row of ``out`` (a numpy array or a CPU torch
+    tensor, checked as ``fill_bitmask`` says), or 0 where that row's words are not adjacent. A torch tensor is read
+    without numpy: ``Tensor.numpy()`` and the uint32 view cost ~2 µs of a ~5 µs cached fill."""
+    torch = sys.modules.get("torch")  # not imported: ``out`` is no tensor (guides do not import torch themselves)
+    if torch is not None and isinstance(out, torch.Tensor):
+        shape, dtype = out.shape, out.dtype  # (each access costs ~1 µs, ~5 on a first fill after compiling)
+        if not out.is_cpu:
+            raise TypeError(f"fill_bitmask writes CPU buffers, not a tensor on {out.device}")
+        if (dtype is not torch.int32 and dtype is not torch.uint32) or len(shape) != 2 or shape[1] != num_words or \
+                shape[0] < 1:
+            raise ValueError(_buffer_error(out, 1, num_words))
+        return out.data_ptr() if num_words == 1 or out.stride(1) == 1 else 0
+    if not isinstance(out, np.ndarray):
+        raise TypeError(f"fill_bitmask writes a numpy array or a CPU torch tensor, not {type(out).__name__}")
+    if out.dtype not in _MASK_DTYPES or out.ndim != 2 or out.shape[1] != num_words or len(out) < 1:
+        raise ValueError(_buffer_error(out, 1, num_words))
+    if not out.flags.writeable:
+        raise ValueError("fill_bitmask's buffer is read-only")
+    return out.ctypes.data if out.strides[1] == 4 or num_words == 1 else 0
+
+
+def _uint32_rows(out, rows: int, num_words: int) -> np.ndarray:
+    """``out`` (a numpy array or a CPU torch tensor) as a numpy uint32 array sharing its memory, checked to hold
+    ``rows`` masks."""
+    if not isinstance(out, np.ndarray):
+        out = out.numpy()  # a CPU torch tensor: same memory (torch raises TypeError for other devices)
+    if out.dtype not in _MASK_DTYPES or out.ndim != 2 or out.shape[1] != num_words or len(out) < rows:
+        raise ValueError(_buffer_error(out, rows, num_words))
+    if not out.flags.writeable:
+        raise ValueError("fill_bitmask's buffer is read-only")
+    return out.view(np.uint32)
 _NO_CLASSES = np.zeros(0, dtype=np.int64)
 _DESCRIPTOR_BYTES = ROW_FIELDS * 8  # a node's row descriptor: ROW_FIELDS int64
 _SLAB_ROWS = 32  # masks per preallocated slab (0.5 MB at a 128k vocabulary)

@@ -559,6 +559,10 @@ class StitchedGuide(Guide):
         i, inner = self._locate(state)
         self._guides[i]._fill_row(inner, words)
 
+    def _fill_at(self, state: int, out, address: int) -> None:
+        i, inner = self._locate(state)
+        self._guides[i]._fill_at(inner, out, address)
+
     def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int], threads: int = 1) -> None:
         """Each fragment guide fills its states' rows at once (one compiled call for a plain one)."""
         by_guide: dict[int, tuple[Guide, list[int], list[int]]] = {}

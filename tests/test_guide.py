@@ -400,7 +400,7 @@ def test_one_guide_serves_many_threads():
 
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch):
-    """``fill_bitmask`` computes masks that are not cached outside the guide's lock — one state (``_fill_row``) or a
+    """``fill_bitmask`` computes masks that are not cached outside the guide's lock — one state (``_fill_at``) or a
     batch (``_fill_rows``) — so while one thread computes, another fills a cached mask and advances (with the lock
     held for the whole computation, it would wait)."""
     automaton = automaton_of("gpt2")
@@ -413,7 +413,7 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch):
         guide._slot_of.clear()
     guide.fill_bitmask([first], np.zeros((1, guide.num_words), dtype=np.uint32))  # cached: first only
     computing, release = threading.Event(), threading.Event()
-    name = "_fill_row" if batch == 1 else "_fill_rows"
+    name = "_fill_at" if batch == 1 else "_fill_rows"
     compute = getattr(guide, name)
 
     def slow_compute(*args):
@@ -515,6 +515,25 @@ def test_bad_input_gets_typed_errors():
                 np.zeros(guide.num_words, dtype=np.int32)):
         with pytest.raises(ValueError, match="int32 or uint32 buffer"):
             guide.fill_bitmask([guide.initial_state, guide.initial_state], out)
+    # one state (a decoder's step, which reads a torch tensor without numpy): the same checks
+    for out in (np.zeros((1, guide.num_words), dtype=np.int64), torch.zeros((1, guide.num_words)),
+                torch.zeros((0, guide.num_words), dtype=torch.int32), torch.zeros(guide.num_words, dtype=torch.int32),
+                torch.zeros((1, guide.num_words + 1), dtype=torch.uint32), np.zeros((0, guide.num_words), np.int32)):
+        with pytest.raises(ValueError, match="int32 or uint32 buffer"):
+            guide.fill_bitmask([guide.initial_state], out)
+    for out in (torch.zeros((1, guide.num_words), dtype=torch.int32, device="meta"), [[0] * guide.num_words]):
+        with pytest.raises(TypeError, match="fill_bitmask writes"):
+            guide.fill_bitmask([guide.initial_state], out)
+    frozen = np.zeros((1, guide.num_words), dtype=np.int32)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        guide.fill_bitmask([guide.initial_state], frozen)
+    expected = np.zeros((1, guide.num_words), dtype=np.int32)
+    guide.fill_bitmask([guide.initial_state], expected)
+    for wide in (np.zeros((1, 2 * guide.num_words), dtype=np.int32), torch.zeros((1, 2 * guide.num_words),
+                                                                                 dtype=torch.int32)):
+        guide.fill_bitmask([guide.initial_state], wide[:, ::2])  # words that are not adjacent
+        assert np.array_equal(np.asarray(wide[:, ::2]), expected) and not np.asarray(wide[:, 1::2]).any()
     for bad, error in ((2.0, TypeError), ("0", TypeError), (-1, ValueError), (10**12, ValueError),
                        (2**64, ValueError)):  # 2**64: beyond the compiled step's int64
         with pytest.raises(error, match="state"):
