@@ -225,6 +225,7 @@ class Guide:
         # built here, not on first use: on a guide just compiled, building it in the first advance cost ~35 µs
         self._step_table = self._new_step_table()
         self._add_slab()
+        weakref.finalize(self, _SLAB_POOL.give, self._slabs)  # (the list, not the guide: it must be collectable)
         self._advanced: dict[int, int] = {}  # advance's pairs already taken: state * V + token -> next state
         self._forced: dict[int, tuple[int, ...]] = {}
 
@@ -322,6 +323,7 @@ class Guide:
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        weakref.finalize(self, _SLAB_POOL.give, self._slabs)
         self._slab_views = [memoryview(slab) for slab in self._slabs]
         self._advanced = {}
         if "_rows" in state:  # a guide with rows of its own (a stitched guide has its fragments')
@@ -661,7 +663,8 @@ class Guide:
         left uninitialised (every mask writes its whole row): zeroing 256 rows cost each Llama-3 compile 0.23-0.4
         ms, for rows most guides never use."""
         rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
-        self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32))
+        slab = _SLAB_POOL.take(self.num_words) if rows == _SLAB_ROWS else None
+        self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32) if slab is None else slab)
         self._slab_views.append(memoryview(self._slabs[-1]))
         self._slab_addresses[len(self._slabs) - 1] = self._slabs[-1].ctypes.data
 
@@ -977,6 +980,39 @@ def _tokens(array: np.ndarray) -> np.ndarray:
 def _words(array: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(array, dtype=np.uint32)
 _MASK_DTYPES = (np.dtype(np.int32), np.dtype(np.uint32))
+
+
+class _SlabPool:
+    """Full slabs of mask rows that freed guides gave back, lent to the next guides of the same vocabulary size.
+
+    Memory fresh from the OS costs its first write a page fault per 4 KB: ~3 µs each on the development VM, so a
+    new slab's rows cost 18–29 µs each at 200k tokens instead of 3 (and numpy's allocations of 4 MB or more ask
+    for huge pages, one of which stalled a write for 8 ms). A guide's second slab, taken in the middle of a walk,
+    made the slowest mask of the peers bench's walks (55–60 µs, every repetition). Slabs that were written once
+    keep their pages. Bounded (``max_bytes``), LIFO, thread-safe (guides are freed in any thread)."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self._max_bytes, self._bytes = max_bytes, 0
+        self._free: dict[int, list[np.ndarray]] = {}  # num_words -> slabs of _SLAB_ROWS rows
+        self._lock = threading.Lock()
+
+    def take(self, num_words: int) -> np.ndarray | None:
+        with self._lock:
+            free = self._free.get(num_words)
+            if not free:
+                return None
+            self._bytes -= free[-1].nbytes
+            return free.pop()
+
+    def give(self, slabs: list[np.ndarray]) -> None:
+        with self._lock:
+            for slab in slabs:
+                if len(slab) == _SLAB_ROWS and self._bytes + slab.nbytes <= self._max_bytes:
+                    self._free.setdefault(slab.shape[1], []).append(slab)
+                    self._bytes += slab.nbytes
+
+
+_SLAB_POOL = _SlabPool(64 << 20)
 
 
 def _buffer_error(out, rows: int, num_words: int) -> str:

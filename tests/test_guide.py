@@ -352,6 +352,29 @@ def test_a_small_mask_cache_evicts_and_recomputes_the_same_masks():
         compile_regex(pattern, automaton, cache_size=0)
 
 
+def test_a_freed_guides_mask_rows_serve_the_next_guide():
+    """Slabs of mask rows go back to a pool when their guide is freed and the next guide of that vocabulary takes
+    them (their pages already mapped: no page faults in its walk); what they held never shows in its masks."""
+    import gc
+
+    automaton, pattern = automaton_of("gpt2"), r"[a-z]{1,6}( [a-z]{1,6}){0,4}\."
+    gc.collect()  # (earlier tests' guides freed now, not after ``first``: the pool lends the last slab given back)
+    first = compile_regex(pattern, automaton)
+    states = [state for state, _ in _random_steps(first, 12, seed=0)]
+    first.fill_bitmask(states, np.zeros((len(states), first.num_words), dtype=np.int32))
+    addresses = {slab.ctypes.data for slab in first._slabs}
+    del first
+    gc.collect()
+    second = compile_regex(r"[0-9]{1,4}", automaton)  # another language: stale rows would show
+    assert {slab.ctypes.data for slab in second._slabs} <= addresses
+    digits = [second.initial_state, second.advance(second.initial_state, runtime_of("gpt2").token_to_id("7"))]
+    out = np.zeros((len(digits), second.num_words), dtype=np.uint32)
+    for i, state in enumerate(digits):
+        second.fill_bitmask([state], out[i:i + 1])
+        second._compute_mask(*second._split(state), expected := np.empty(second.num_words, dtype=np.uint32))
+        assert np.array_equal(out[i], expected)
+
+
 def test_one_guide_serves_many_threads():
     """Requests share a compiled guide across threads (a state is an int): with a 3-row cache evicting all the
     time and mask kernels releasing the GIL, every mask still equals the one computed alone."""
