@@ -470,7 +470,14 @@ class Guide:
             advanced = self._advanced
             nxt = advanced.get(key)
             if nxt is None:
-                nxt = self._step(state, token_id)
+                # ``_step``'s compiled call made here (~0.3 µs of calls less; a plain guide's step table only); a
+                # code (not cached, an error) takes ``_step``, which answers it
+                table = self._step_table
+                if table is not None and 0 <= state <= _INT64_MAX:
+                    with self._lock:
+                        nxt = step(table.address, state, token_id, self._slot_of.get(state, -1), -1)
+                if nxt is None or nxt < 0:
+                    nxt = self._step(state, token_id)
                 if len(advanced) >= _ADVANCED_LIMIT:
                     advanced.clear()
                 advanced[key] = nxt
@@ -1055,6 +1062,7 @@ def _uint32_rows(out, rows: int, num_words: int) -> np.ndarray:
 _NO_CLASSES = np.zeros(0, dtype=np.int64)
 _DESCRIPTOR_BYTES = ROW_FIELDS * 8  # a node's row descriptor: ROW_FIELDS int64
 _SLAB_ROWS = 32  # masks per preallocated slab (0.5 MB at a 128k vocabulary)
+_INT64_MAX = (1 << 63) - 1
 _ADVANCED_LIMIT = 1 << 16  # pairs in ``advance``'s table before it is cleared (~7 MB at most)
 
 
