@@ -48,7 +48,7 @@ from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, _CharGroup, _Concatenation, _Repeated
 from numba import njit
 
-from automata import glushkov
+from automata import glushkov, parse
 from automata.dfa import MISSING, find_sorted, unique_rows
 from automata.regex import _utf8_dfa, is_exit_marker, read_exits
 from automata.errors import RegexError, StateLimitError
@@ -177,7 +177,7 @@ def counted_transitions(pattern: str, trie: VocabularyTrie, *, max_states: int, 
     try:
         bounds: list[int] = []
         excluded = _MARKERS | {ch for ch in pattern if is_exit_marker(ch)} if exits else _MARKERS
-        tree, has_loop = _rewrite(parse_pattern(pattern), bounds, excluded)
+        tree, has_loop = _rewrite(parse.read(pattern) or parse_pattern(pattern), bounds, excluded)
         if not has_loop:
             return None
         char = glushkov.char_dfa(tree, max_states)
