@@ -51,7 +51,7 @@ import numpy as np
 
 from automata import MISSING, EmptyLanguageError
 from automata.errors import CanonmergeError, StateLimitError
-from automata.regex import _char_dfa, exit_marker, from_regex_exits
+from automata.regex import _char_dfa, _class_dfa, exit_marker, from_regex_exits
 from automata.regions import eliminate
 from interegular.fsm import anything_else
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
@@ -249,6 +249,11 @@ class _Skeleton:
 
     def __init__(self, pattern: str, leaves: dict[str, str], canonical: CanonicalAutomaton, max_states: int):
         class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+        # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
+        # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
+        # look up (Github_easy---o58839: 5,290 states -> 1,234)
+        small = _class_dfa(class_target, accepting, start).minimise()
+        class_target, accepting, start = small.transitions, small.accepting, small.start
         self.table, self.accepting, self.start = class_target, accepting, start
         chars_of: dict[int, list[str]] = {}
         for char, c in mapping.items():
