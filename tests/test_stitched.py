@@ -220,7 +220,8 @@ def test_counted_fragments_are_reused_from_the_library_and_round_trip_through_di
     for seed in range(4):
         reference = _walk_masks(whole, seed, steps=120)
         for guide in (first, loaded):
-            assert all(np.array_equal(a, b) for a, b in zip(_walk_masks(guide, seed, steps=120), reference, strict=True))
+            walked = _walk_masks(guide, seed, steps=120)
+            assert all(np.array_equal(a, b) for a, b in zip(walked, reference, strict=True))
     for name, salt, valid in [("x" * 100, "ab" * 32, True), ("x y" * 33 + "z", "", True), ("x" * 101, "ab", False),
                               ("Ada", "ab" * 33, False), ("Ada", "abc", False)]:
         ids = runtime.encode(json.dumps({"name": name, "salt": salt}), add_special_tokens=False).ids
