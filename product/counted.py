@@ -118,11 +118,11 @@ class CountedTransitions:
     ``bound[q]`` is n - m of the loop whose next iteration state q can start (-1: none; then the count is 0).
     ``layered(H)`` is G_H's automaton: state (q, b) for b = 0..H where ``bound[q] >= 0``, and q elsewhere.
     A pattern with exit markers (``counted_transitions(exits=True)``) has ``exit_sets[exit_of[q]]`` at state q
-    (-1: none), as ``automata.regex.from_regex_exits``; ``goes_on[q]``: some byte leads on from q."""
+    (-1: none), as ``automata.regex.from_regex_exits``, and ``goes_on[q]``: some byte leads on from q."""
 
     def __init__(self, over: TokenTransitions, pre: np.ndarray, enter: np.ndarray, bound: np.ndarray):
         self.over, self.pre, self.enter, self.bound = over, pre, enter, bound
-        self.exit_of, self.exit_sets = np.full(over.num_states, -1, dtype=np.int64), []
+        self.exit_of, self.exit_sets, self.goes_on = np.full(over.num_states, -1, dtype=np.int64), [], None
         self.relevant = bound >= 0
         S = over.num_states
         rows = np.repeat(np.arange(S), np.diff(over.offsets))
