@@ -81,10 +81,26 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     each exit is a point where the next fragment starts.)
     """
     class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+    class_target, exit_of, exit_sets = read_exits(class_target, accepting, mapping, pattern)
+    small, exit_of = _class_dfa(class_target, exit_of >= 0, start).minimise_labelled(exit_of)
+    dfa = _expand(small.transitions, small.accepting, small.start, mapping, Alphabet.bytes(), max_states)
+    labels = np.concatenate([exit_of, np.full(dfa.num_states - small.num_states, -1, dtype=np.int64)])
+    dfa, exit_of = dfa.minimise_labelled(labels)
+    if not dfa.accepting.any():
+        raise EmptyLanguageError(f"regex {pattern!r} matches no string over the bytes alphabet")
+    return dfa, exit_of, exit_sets
+
+
+def read_exits(class_target: np.ndarray, accepting: np.ndarray, mapping: dict,
+               pattern: str) -> tuple[np.ndarray, np.ndarray, list[tuple[int, ...]]]:
+    """The exits of a character DFA whose pattern ends its alternatives with exit markers: the table without the
+    markers' columns (no string reads them), per state the index of its exit set (-1: none; a state is at exit k
+    when reading marker k from it ends the pattern), and the exit sets. (``from_regex_exits``; ``product.counted``
+    reads exits off its contracted DFA the same way.)"""
     exits_at = [[] for _ in range(len(class_target))]
     marker_classes = []
     for char, c in mapping.items():
-        if char is anything_else or not _EXIT_BASE <= ord(char) < _EXIT_BASE + _MAX_EXITS:
+        if char is anything_else or not is_exit_marker(char):
             continue
         if sum(1 for k in mapping.values() if k == c) != 1:
             raise RegexError(f"regex {pattern!r}: exit marker U+{ord(char):04X} shares its class with other characters")
@@ -97,16 +113,14 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     for q, exits in enumerate(exits_at):
         if exits:
             exit_of[q] = set_id.setdefault(tuple(sorted(exits)), len(set_id))
-    exit_sets = sorted(set_id, key=set_id.get)
     class_target = class_target.copy()
     class_target[:, marker_classes] = MISSING  # the markers themselves are read by no string
-    small, exit_of = _class_dfa(class_target, exit_of >= 0, start).minimise_labelled(exit_of)
-    dfa = _expand(small.transitions, small.accepting, small.start, mapping, Alphabet.bytes(), max_states)
-    labels = np.concatenate([exit_of, np.full(dfa.num_states - small.num_states, -1, dtype=np.int64)])
-    dfa, exit_of = dfa.minimise_labelled(labels)
-    if not dfa.accepting.any():
-        raise EmptyLanguageError(f"regex {pattern!r} matches no string over the bytes alphabet")
-    return dfa, exit_of, exit_sets
+    return class_target, exit_of, sorted(set_id, key=set_id.get)
+
+
+def is_exit_marker(char: str) -> bool:
+    """Whether ``char`` is some ``exit_marker(k)``."""
+    return _EXIT_BASE <= ord(char) < _EXIT_BASE + _MAX_EXITS
 
 
 def _char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:

@@ -48,10 +48,10 @@ from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, _CharGroup, _Concatenation, _Repeated
 from numba import njit
 
-from automata import glushkov
+from automata import glushkov, parse
 from automata.dfa import MISSING, find_sorted, unique_rows
-from automata.regex import _utf8_dfa
-from automata.errors import StateLimitError
+from automata.regex import _utf8_dfa, is_exit_marker, read_exits
+from automata.errors import RegexError, StateLimitError
 from product.token_regex import TokenTransitions, VocabularyTrie, _sort_row
 
 __all__ = ["MIN_COUNT", "CountedTransitions", "counted_transitions"]
@@ -80,18 +80,19 @@ def _nullable(node) -> bool:
     raise _NotCounted
 
 
-def _rewrite(node, bounds: list[int]):
-    """(tree with compressed loops, whether it holds one). ``bounds[l]`` gets loop l's n - m."""
+def _rewrite(node, bounds: list[int], excluded: frozenset):
+    """(tree with compressed loops, whether it holds one). ``bounds[l]`` gets loop l's n - m. Negated classes
+    exclude the characters of ``excluded`` (the loop markers, and the pattern's exit markers)."""
     if isinstance(node, Pattern):
         if node.added_flags.value or node.removed_flags.value:
             raise _NotCounted
-        parts = [_rewrite(o, bounds) for o in node.options]
+        parts = [_rewrite(o, bounds, excluded) for o in node.options]
         return Pattern(tuple(p for p, _ in parts)), any(h for _, h in parts)
     if isinstance(node, _Concatenation):
-        parts = [_rewrite(p, bounds) for p in node.parts]
+        parts = [_rewrite(p, bounds, excluded) for p in node.parts]
         return _Concatenation(tuple(p for p, _ in parts)), any(h for _, h in parts)
     if isinstance(node, _Repeated):
-        base, inner = _rewrite(node.base, bounds)
+        base, inner = _rewrite(node.base, bounds, excluded)
         if (inner or node.max is None or node.max - node.min < MIN_COUNT or _nullable(node.base)
                 or len(bounds) >= _MAX_LOOPS):
             return _Repeated(base, node.min, node.max), inner
@@ -102,7 +103,7 @@ def _rewrite(node, bounds: list[int]):
         return _Concatenation((_Repeated(base, node.min, node.min), enter,
                                _Repeated(_Concatenation((again, base)), 0, None))), True
     if isinstance(node, _CharGroup):
-        return (_CharGroup(node.chars | _MARKERS, True) if node.negated else node), False
+        return (_CharGroup(node.chars | excluded, True) if node.negated else node), False
     if node is _EMPTY:
         return node, False
     raise _NotCounted  # the dot, lookarounds
@@ -115,10 +116,13 @@ class CountedTransitions:
     ``pre[i]`` (iterations of the current loop the token starts before leaving it or ending; allowed iff it fits the
     budget) and ``enter[i]`` (-1, or the iterations of the loop the token enters last, its new count).
     ``bound[q]`` is n - m of the loop whose next iteration state q can start (-1: none; then the count is 0).
-    ``layered(H)`` is G_H's automaton: state (q, b) for b = 0..H where ``bound[q] >= 0``, and q elsewhere."""
+    ``layered(H)`` is G_H's automaton: state (q, b) for b = 0..H where ``bound[q] >= 0``, and q elsewhere.
+    A pattern with exit markers (``counted_transitions(exits=True)``) has ``exit_sets[exit_of[q]]`` at state q
+    (-1: none), as ``automata.regex.from_regex_exits``, and ``goes_on[q]``: some byte leads on from q."""
 
     def __init__(self, over: TokenTransitions, pre: np.ndarray, enter: np.ndarray, bound: np.ndarray):
         self.over, self.pre, self.enter, self.bound = over, pre, enter, bound
+        self.exit_of, self.exit_sets, self.goes_on = np.full(over.num_states, -1, dtype=np.int64), [], None
         self.relevant = bound >= 0
         S = over.num_states
         rows = np.repeat(np.arange(S), np.diff(over.offsets))
@@ -162,13 +166,18 @@ class CountedTransitions:
         return TokenTransitions(offsets, tokens, targets, accepting, int(ids[R.start, 0]))
 
 
-def counted_transitions(pattern: str, trie: VocabularyTrie, *, max_states: int,
-                        max_entries: int) -> CountedTransitions | None:
+def counted_transitions(pattern: str, trie: VocabularyTrie, *, max_states: int, max_entries: int,
+                        exits: bool = False) -> CountedTransitions | None:
     """The compressed pattern's transitions, or None when it has no loop to compress or one this construction
-    leaves out (the caller compiles it unrolled). Errors of the pattern itself are left to the unrolled path."""
+    leaves out (the caller compiles it unrolled). Errors of the pattern itself are left to the unrolled path.
+
+    ``exits``: the pattern ends each alternative with an exit marker, as ``automata.regex.from_regex_exits``
+    reads them (a fragment of ``product.stitched``); the accepting states are then those at an exit, and
+    ``exit_of``/``exit_sets`` say which."""
     try:
         bounds: list[int] = []
-        tree, has_loop = _rewrite(parse_pattern(pattern), bounds)
+        excluded = _MARKERS | {ch for ch in pattern if is_exit_marker(ch)} if exits else _MARKERS
+        tree, has_loop = _rewrite(parse.read(pattern) or parse_pattern(pattern), bounds, excluded)
         if not has_loop:
             return None
         char = glushkov.char_dfa(tree, max_states)
@@ -182,17 +191,30 @@ def counted_transitions(pattern: str, trie: VocabularyTrie, *, max_states: int,
     if contracted is None:
         return None
     class_target, accepting, mapping, labels, label_table = contracted
+    exit_of, exit_sets = np.full(len(class_target), -1, dtype=np.int64), []
+    if exits:  # the markers were read as plain characters: the states they leave from are the exits
+        try:
+            class_target, exit_of, exit_sets = read_exits(class_target, accepting, mapping, pattern)
+        except RegexError:
+            return None
+        accepting = exit_of >= 0
     other = mapping[anything_else]
     byte_dfa = _utf8_dfa(class_target, accepting, 0, mapping, other, class_target.shape[1] - 1, max_states)
+    # one label per state for the minimisation: the counter effect entering it, and its exit set
+    E = len(exit_sets) + 1
     byte_labels = np.zeros(byte_dfa.num_states, dtype=np.int64)
-    byte_labels[: len(labels)] = labels
-    dfa, labels = byte_dfa.minimise_labelled(byte_labels)
+    byte_labels[: len(labels)] = labels * E + exit_of + 1
+    dfa, byte_labels = byte_dfa.minimise_labelled(byte_labels)
+    labels, exit_of = byte_labels // E, byte_labels % E - 1
     if not dfa.accepting.any():
         return None
     bound = _counter_bounds(dfa.transitions, labels, label_table, np.array(bounds, dtype=np.int64))
     if bound is None:
         return None
-    return _walk_counted(dfa, labels, label_table, bounds, trie, max_entries, bound)
+    counted = _walk_counted(dfa, labels, label_table, bounds, trie, max_entries, bound)
+    counted.exit_of, counted.exit_sets = exit_of, exit_sets
+    counted.goes_on = (dfa.transitions != MISSING).any(axis=1)
+    return counted
 
 
 # A label is the effect of the marker path before a character: (inc, inc_loop, reset_loop, v): inc iterations
@@ -489,18 +511,24 @@ class CountedGuide(_guide_class()):
     """A ``Guide`` whose states also count the iterations of the compressed loop they are in (the module
     docstring says how). A state is ``(k * nodes + node) * merge_classes + mc``; k is 0 outside counted loops, so
     states without a counter are the plain guide's. ``horizon`` is the H that passed the exactness check (None:
-    none did; the guide must not be used)."""
+    none did; the guide must not be used).
+
+    ``start_context`` and ``exit_live`` (a fragment of ``product.stitched``, over the regex states of
+    ``counted.over``) are ``Guide``'s, given to both guides: an exit is one more final node, the same in G∞ and in
+    every budget layer, so the exactness argument is unchanged."""
 
     def __init__(self, counted: CountedTransitions, canonical, *, canonical_only: bool = True,
                  max_states: int = 100_000, cache_size: int = 4096, name: str = "",
-                 eos_token_ids: list[int] | None = None):
+                 eos_token_ids: list[int] | None = None, start_context: int = 0,
+                 exit_live: np.ndarray | None = None):
         from product.guide import _Seeds
         self._counted = counted
         self._layers = None
         self.horizon = None
         no_seeds = _Seeds(np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(1, np.int64), np.zeros(0, bool))
         super().__init__(counted.over, canonical, canonical_only=canonical_only, max_states=max_states,
-                         cache_size=cache_size, name=name, eos_token_ids=eos_token_ids, _seeds=no_seeds)
+                         cache_size=cache_size, name=name, eos_token_ids=eos_token_ids, start_context=start_context,
+                         exit_live=exit_live, _seeds=no_seeds)
         N, C = self.num_nodes, self._automaton.num_contexts
         q_of = self._node_q
         self._relevant_node = counted.relevant[q_of]
@@ -516,10 +544,16 @@ class CountedGuide(_guide_class()):
             lo, hi = np.where(narrow, lo, 0), np.where(narrow, hi, 0)
             seeds = _Seeds(keys.astype(np.int64), self._entering[concat_aranges(lo, hi)].astype(np.int64),
                            row_bounds(hi - lo), ~narrow)
+            layered_exit_live = None
+            if exit_live is not None:  # layered state ids[q, b] is at q's exits
+                q_of_layered = np.zeros(int(ids.max()) + 1, dtype=np.int64)
+                q_of_layered[ids] = np.arange(len(ids))[:, None]
+                layered_exit_live = exit_live[q_of_layered]
             try:
                 layers = _guide_class()(counted.layered(H), canonical, canonical_only=canonical_only,
                                         max_states=max_states, cache_size=cache_size, name=f"{name} (budgets 0..{H})",
-                                        eos_token_ids=list(self.eos_token_ids), _seeds=seeds)
+                                        eos_token_ids=list(self.eos_token_ids), start_context=start_context,
+                                        exit_live=layered_exit_live, _seeds=seeds)
             except Exception:  # e.g. the layered guide's language is empty: no horizon
                 return
             top = layers._seed_ids[np.cumsum(width) - 1]  # each node at budget H (or its only copy)
@@ -533,6 +567,52 @@ class CountedGuide(_guide_class()):
         self._forced = {}
         self._slot_of.clear()
         self._prepare_fixups()
+
+    # ---- storage (``product.library``): both guides and the counts as named arrays, no pickle -----------------
+    def _to_arrays(self) -> dict[str, np.ndarray]:
+        """G∞'s rows (``Guide._plain_arrays``), the budget layers' rows (``layers_``) with the liveness their masks
+        read at run time, the layer of each (node, budget), and each entry's counts (``counted_``)."""
+        if self._layers is None:
+            raise TypeError("a counted guide with no horizon is not stored")
+        arrays = self._plain_arrays()
+        layers = self._layers
+        arrays.update({f"layers_{key}": a for key, a in layers._plain_arrays().items()})
+        arrays.update(layers_status=layers._status, layers_dead_row=layers._dead_row,
+                      layers_dead_bits=layers._dead_bits[:layers._num_dead_rows], layer_of=self._layer_of,
+                      counted_pre=self._counted.pre, counted_enter=self._counted.enter,
+                      counted_bound=self._counted.bound, counted_horizon=np.array(self.horizon, dtype=np.int64))
+        return arrays
+
+    @classmethod
+    def _from_arrays(cls, arrays: dict[str, np.ndarray], canonical, *, name: str = "",
+                     cache_size: int = 1) -> "CountedGuide":
+        """The guide ``_to_arrays`` wrote (``ValueError`` if the arrays do not fit together)."""
+        from product.guide import Guide
+
+        arrays = dict(arrays)
+        layer_arrays = {key[len("layers_"):]: arrays.pop(key) for key in list(arrays) if key.startswith("layers_")}
+        status, dead_row, dead_bits = (layer_arrays.pop(key) for key in ("status", "dead_row", "dead_bits"))
+        layer_of, pre, enter, bound, horizon = (arrays.pop(key) for key in (
+            "layer_of", "counted_pre", "counted_enter", "counted_bound", "counted_horizon"))
+        guide = super()._from_arrays(arrays, canonical, name=name, cache_size=cache_size)
+        H = int(horizon)
+        layers = Guide._from_arrays(layer_arrays, canonical, name=f"{name} (budgets 0..{H})", cache_size=cache_size)
+        R = guide._transitions
+        if not (len(pre) == len(enter) == len(R.tokens) and len(bound) == R.num_states and H in _HORIZONS):
+            raise ValueError("counts do not fit the transitions")
+        guide._counted = counted = CountedTransitions(R, pre, enter, bound)
+        guide._relevant_node = counted.relevant[guide._node_q]
+        width = np.where(guide._relevant_node, H + 1, 1)
+        if (len(layer_of) != width.sum() or len(status) != layers.num_nodes or len(dead_row) != layers.num_nodes
+                or layer_of.max(initial=0) >= layers.num_nodes or dead_row.max(initial=-1) >= len(dead_bits)
+                or dead_bits.shape[1:] != ((layers._M + 7) // 8,)):
+            raise ValueError("budget layers do not fit the guide")
+        layers._status, layers._dead_row, layers._dead_bits = status, dead_row, dead_bits
+        guide.horizon, guide._layers = H, layers
+        guide._layer_of, guide._layer_first = layer_of, np.cumsum(width) - width
+        guide._forced = {}
+        guide._prepare_fixups()
+        return guide
 
     # ---- exactness check ------------------------------------------------------------------------------------
     def _live_many(self, guide, nodes: np.ndarray, classes: np.ndarray) -> np.ndarray:
@@ -582,6 +662,10 @@ class CountedGuide(_guide_class()):
     def _split(self, state: int) -> tuple[int, int]:
         node, mc, _ = self._decode(state)
         return node, mc
+
+    @property
+    def _num_states(self) -> int:
+        return (int(self._counted.bound.max(initial=0)) + 1) * self.num_nodes * self._M
 
     @property
     def num_nodes_total(self) -> int:

@@ -235,7 +235,12 @@ class Guide:
         1 sparse with X packed, 2 sparse, 3 dense — then the row's arrays one after another in ``row_data``,
         bounded by ``row_bounds``)."""
         if self._seeds is not None or type(self) is not Guide:
-            raise TypeError("only plain guides are stored as arrays")
+            raise TypeError("only plain guides are stored as arrays (a counted guide writes its own)")
+        return self._plain_arrays()
+
+    def _plain_arrays(self) -> dict[str, np.ndarray]:
+        """``_to_arrays`` without its check: the rows, not the liveness a guide with seeds also reads at run time
+        (``product.counted`` stores that beside them)."""
         kinds, parts = np.zeros(self.num_nodes, dtype=np.int8), []
         for node, row in enumerate(self._rows):
             if not row:
@@ -336,6 +341,11 @@ class Guide:
     def num_nodes(self) -> int:
         """Product nodes (regex state, canonical context) reached while compiling."""
         return len(self._node_q)
+
+    @property
+    def _num_states(self) -> int:
+        """States are ints below this (``product.stitched`` numbers its fragments' states one after another)."""
+        return self.num_nodes * self._M
 
     @property
     def memory_bytes(self) -> int:

@@ -1,7 +1,8 @@
 """The on-disk fragment library: compiled fragments (``product.stitched``) kept between processes.
 
 One file per fragment, ``<directory>/<automaton digest>/<key digest>.npz``: the fragment guide's arrays
-(``Guide._to_arrays``), its exits, and a JSON header with the key written out and a SHA-256 over the key and
+(``Guide._to_arrays``, or ``CountedGuide._to_arrays`` for a fragment with a counted repetition: the header says
+which), its exits, and a JSON header with the key written out and a SHA-256 over the key and
 every array. A file is written to a temporary name and renamed (a reader never sees half a file), read with
 ``allow_pickle=False``, and trusted only if its header names the same key and the digest matches; anything
 else (truncated, edited, another format version, a hash collision of keys) counts as ``rejected`` and the
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from bpe.automaton import CanonicalAutomaton
+from product.counted import CountedGuide
 from product.guide import Guide, _per_automaton
 
 __all__ = ["FragmentStore", "default_library_dir"]
@@ -85,7 +87,8 @@ class FragmentStore:
                 raise ValueError("key or checksum mismatch")
             exit_sets = [tuple(e) for e in header["exit_sets"]]
             exit_of_node = arrays.pop("exit_of_node")
-            guide = Guide._from_arrays(arrays, canonical, name="fragment")
+            kind = {"plain": Guide, "counted": CountedGuide}[header.get("guide", "plain")]
+            guide = kind._from_arrays(arrays, canonical, name="fragment")
             if len(exit_of_node) != guide.num_nodes or exit_of_node.max(initial=-1) >= len(exit_sets):
                 raise ValueError("exits do not fit the guide")
         except Exception:  # unreadable, edited, truncated: never trusted, rebuilt by the caller
@@ -102,7 +105,8 @@ class FragmentStore:
         arrays = fragment.guide._to_arrays()
         arrays["exit_of_node"] = np.asarray(fragment.exit_of_node, dtype=np.int64)
         header = json.dumps({"key": key_text, "sha256": self._digest(key_text, arrays),
-                             "exit_sets": [list(e) for e in fragment.exit_sets]})
+                             "exit_sets": [list(e) for e in fragment.exit_sets],
+                             "guide": "counted" if isinstance(fragment.guide, CountedGuide) else "plain"})
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
         try:

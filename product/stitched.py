@@ -30,9 +30,12 @@ Compiled fragments are kept per canonical automaton in ``FragmentLibrary`` (memo
 directory: ``product.library``), keyed by their regex, entry context, EOS and options: a new constraint
 compiles only the fragments no earlier one had.
 
-Leaves out (``StitchError``: the caller compiles the whole regex instead): fragments whose regex has a counted
-repetition (``product.counted`` does not read exit markers yet), and fragments whose regex would be too long
-to write out. ``tests/test_stitched.py`` checks every mask against the guide of the whole regex.
+A fragment whose regex has a counted repetition (``maxLength: 100``, ``{0,32}``) is compiled with a counter beside
+the state (``product.counted`` reads the exit markers too; a ``CountedGuide`` is stored and loaded like a plain
+fragment guide); where that construction does not apply, unrolled like any other.
+
+Leaves out (``StitchError``: the caller compiles the whole regex instead): fragments whose regex would be too
+long to write out. ``tests/test_stitched.py`` checks every mask against the guide of the whole regex.
 """
 
 from __future__ import annotations
@@ -48,11 +51,11 @@ import numpy as np
 
 from automata import MISSING, EmptyLanguageError
 from automata.errors import CanonmergeError, StateLimitError
-from automata.regex import _char_dfa, exit_marker, from_regex_exits
+from automata.regex import _char_dfa, _class_dfa, exit_marker, from_regex_exits
 from automata.regions import eliminate
 from interegular.fsm import anything_else
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
-from product.counted import MIN_COUNT
+from product.counted import MIN_COUNT, CountedGuide, counted_transitions
 from product.guide import Guide, _guide_eos, _per_automaton, vocabulary_trie
 from product.token_regex import TokenTransitions
 
@@ -179,28 +182,48 @@ def fragment_library(canonical: CanonicalAutomaton) -> FragmentLibrary:
 
 def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, canonical: CanonicalAutomaton, *,
                       canonical_only: bool, eos: tuple[int, ...], max_states: int, max_transitions: int) -> Fragment:
-    if any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex)):
-        raise StitchError("a fragment has a counted repetition")
     start = time.perf_counter()
-    dfa, exit_of, exit_sets = from_regex_exits(regex, max_states=max_states)
-    goes_on = (dfa.transitions != MISSING).any(axis=1)
+    trie = vocabulary_trie(canonical)
+    num_contexts = canonical.num_contexts if canonical_only else 1
+    # (a one-row mask cache: the stitched guides compute their rows through ``_fill_row`` and cache them; 64
+    # rows per fragment were 1 MB each at 128k tokens, for masks never read)
+    options = dict(canonical_only=canonical_only, max_states=max_states, cache_size=1, name="fragment",
+                   eos_token_ids=list(eos), start_context=entry_context)
+    guide = None
+    if any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex)):
+        # a counted repetition: compiled with a counter beside the state (``product.counted``) where that applies
+        counted = counted_transitions(regex, trie, max_states=max_states, max_entries=max_transitions, exits=True)
+        if counted is not None:
+            exit_of, exit_sets = counted.exit_of, counted.exit_sets
+            ends, exit_live = _exit_tables(exit_of, exit_sets, counted.goes_on, dead_exits, num_contexts)
+            counted.over = dataclasses.replace(counted.over, accepting=ends)
+            guide = CountedGuide(counted, canonical, exit_live=exit_live, **options)
+            if guide.horizon is None:  # no budget horizon passed the exactness check: unrolled, as any other
+                guide = None
+    if guide is None:
+        dfa, exit_of, exit_sets = from_regex_exits(regex, max_states=max_states)
+        ends, exit_live = _exit_tables(exit_of, exit_sets, (dfa.transitions != MISSING).any(axis=1), dead_exits,
+                                       num_contexts)
+        transitions = TokenTransitions.build(dfa, trie, max_entries=max_transitions)
+        transitions = dataclasses.replace(transitions, accepting=ends)
+        guide = Guide(transitions, canonical, exit_live=exit_live, **options)
+    return Fragment(regex, entry_context, guide, exit_of[guide._node_q], exit_sets, time.perf_counter() - start)
+
+
+def _exit_tables(exit_of: np.ndarray, exit_sets: list[tuple[int, ...]], goes_on: np.ndarray, dead_exits: frozenset,
+                 num_contexts: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per regex state of a fragment: whether the text may end there (EOS: only at exit 0), and per (state,
+    context) whether a cut exit there is live (``Guide``'s ``exit_live``: every cut exit but ``dead_exits``).
+    ``_SoftExits`` where the text goes on past a cut exit (``goes_on``: some byte leads on)."""
     soft = {k for q in np.flatnonzero(goes_on & (exit_of >= 0)).tolist() for k in exit_sets[exit_of[q]] if k >= 1}
     if soft:
         raise _SoftExits(soft)
-    transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
-    # the text may end (EOS) only at exit 0; a cut exit is final where the fragment it leads to is live
     ends = np.array([0 in e for e in exit_sets] + [False], dtype=bool)[exit_of]
-    transitions = dataclasses.replace(transitions, accepting=ends)
-    num_contexts = canonical.num_contexts if canonical_only else 1
     exit_live = np.zeros((len(exit_of), num_contexts), dtype=bool)
     exit_live[np.array([any(k >= 1 for k in e) for e in exit_sets] + [False], dtype=bool)[exit_of]] = True
     for exits, ctx in dead_exits:
         exit_live[exit_of == exit_sets.index(exits), ctx] = False
-    # (a one-row mask cache: the stitched guides compute their rows through ``_fill_row`` and cache them; 64
-    # rows per fragment were 1 MB each at 128k tokens, for masks never read)
-    guide = Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states, cache_size=1,
-                  name="fragment", eos_token_ids=list(eos), start_context=entry_context, exit_live=exit_live)
-    return Fragment(regex, entry_context, guide, exit_of[guide._node_q], exit_sets, time.perf_counter() - start)
+    return ends, exit_live
 
 
 # ---------------------------------------------------------------------------------------------- cutting ---
@@ -226,6 +249,11 @@ class _Skeleton:
 
     def __init__(self, pattern: str, leaves: dict[str, str], canonical: CanonicalAutomaton, max_states: int):
         class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+        # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
+        # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
+        # look up (Github_easy---o58839: 5,290 states -> 1,234)
+        small = _class_dfa(class_target, accepting, start).minimise()
+        class_target, accepting, start = small.transitions, small.accepting, small.start
         self.table, self.accepting, self.start = class_target, accepting, start
         chars_of: dict[int, list[str]] = {}
         for char, c in mapping.items():
@@ -503,7 +531,7 @@ class StitchedGuide(Guide):
         self._instances = instances
         self._guides = [inst.fragment.guide for inst in instances]
         self._M = self._guides[0]._M
-        sizes = [g.num_nodes * self._M for g in self._guides]
+        sizes = [g._num_states for g in self._guides]
         self._base = [0] + np.cumsum(sizes).tolist()[:-1]
         self._end = sum(sizes)
         # exit node -> the next instance's initial state, as one global state
@@ -583,5 +611,6 @@ class StitchedGuide(Guide):
         except DisallowedTokenError:
             raise DisallowedTokenError(f"token {token_id} ({guide._describe(token_id)}) is not allowed in state "
                                        f"{state} of {self.name!r}") from None
-        jump = self._jump[i][after // self._M]
+        node = after // self._M  # (past the nodes in a counted fragment's loop: k > 0, never at an exit)
+        jump = self._jump[i][node] if node < len(self._jump[i]) else -1
         return jump if jump >= 0 else self._base[i] + after

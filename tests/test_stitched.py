@@ -3,6 +3,7 @@ the whole regex: the same mask at every step of random walks and of the runtime'
 instances, on real tokenizers. The whole-regex guide is the reference because it is the product of the regex
 and the canonical automaton with no cutting at all; the stitched guide must not differ from it by one bit."""
 
+import json
 import random
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 
 import product
 import vegas
-from product.stitched import StitchError, StitchedGuide, _inner_pairs, compile_stitched, fragment_library
+from product.stitched import StitchedGuide, _inner_pairs, compile_stitched, fragment_library
 from tests.conftest import automaton_of, runtime_of
 from tests.test_schema import SCHEMAS, VALID
 from vegas.schema import TOP, Compiler, load_schema
@@ -62,12 +63,7 @@ def test_stitched_guides_have_the_whole_regex_masks(tokenizer, style):
     rng = random.Random(f"{tokenizer}-{style}")
     names = sorted(CASES) if tokenizer in ("gpt2", "llama3") else ["function", "overlapping", "nested"]
     for name in names:
-        try:
-            stitched, whole = _pair(CASES[name], canonical, style)
-        except StitchError as exc:
-            # what is not cut yet (docs/schemas.md): counted repetitions (person's maxLength 100)
-            assert "counted repetition" in str(exc), exc
-            continue
+        stitched, whole = _pair(CASES[name], canonical, style)  # person's maxLength 100: a counted fragment
         assert isinstance(stitched, StitchedGuide)
         for value in VALID.get(name, []):
             text = vegas.format_instance(value, CASES[name], style=style)
@@ -190,6 +186,48 @@ def test_the_on_disk_library_serves_fragments_and_survives_corrupt_files(tmp_pat
     store = FragmentStore(tmp_path)
     compile_fresh(store)
     assert store.loaded == first.num_fragments and store.rejected == 0  # the rewritten files are trusted again
+
+
+COUNTED = {"type": "object", "properties": {
+    "name": {"type": "string", "maxLength": 100},
+    "salt": {"type": "string", "pattern": "^(([0-9]|[a-f]){2}){0,32}$"}}, "required": ["name", "salt"],
+    "additionalProperties": False}
+
+
+def test_counted_fragments_are_reused_from_the_library_and_round_trip_through_disk(tmp_path):
+    """A fragment holding a counted repetition (``maxLength: 100``, a pattern's ``{0,32}``) compiles with a
+    counter (``CountedGuide``) and is kept like any fragment: a second compile takes every fragment from the
+    library, and the stored counted fragments load back (a new process's view) with the masks and acceptance of
+    a fresh compile and of the whole regex's guide, on walks that run into the bounds."""
+    from product.counted import CountedGuide
+    from product.library import FragmentStore
+    from product.stitched import FragmentLibrary
+
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    compiler = Compiler(load_schema(COUNTED), "json", leaves=True)
+    skeleton = compiler.value(compiler.root, "#", TOP)
+    library = FragmentLibrary(canonical)
+    first = compile_stitched(skeleton, compiler.leaves, canonical, library=library, store=FragmentStore(tmp_path))
+    assert sum(isinstance(g, CountedGuide) for g in {id(g): g for g in first._guides}.values()) == 2
+    again = compile_stitched(skeleton, compiler.leaves, canonical, library=library)
+    assert again.fragments_compiled == 0 and again.fragments_reused == first.fragments_reused + first.fragments_compiled
+
+    store = FragmentStore(tmp_path)
+    loaded = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), store=store)
+    assert loaded.fragments_compiled == 0 and store.loaded == loaded.num_fragments and store.rejected == 0
+    assert any(isinstance(g, CountedGuide) for g in loaded._guides)
+    whole = product.compile_regex(vegas.schema_regex(COUNTED), canonical)
+    for seed in range(4):
+        reference = _walk_masks(whole, seed, steps=120)
+        for guide in (first, loaded):
+            walked = _walk_masks(guide, seed, steps=120)
+            assert all(np.array_equal(a, b) for a, b in zip(walked, reference, strict=True))
+    for name, salt, valid in [("x" * 100, "ab" * 32, True), ("x y" * 33 + "z", "", True), ("x" * 101, "ab", False),
+                              ("Ada", "ab" * 33, False), ("Ada", "abc", False)]:
+        ids = runtime.encode(json.dumps({"name": name, "salt": salt}), add_special_tokens=False).ids
+        assert loaded.accepts(ids) == first.accepts(ids) == whole.accepts(ids) == valid, (name, salt)
+        if valid:
+            _same_walk(loaded, whole, ids)
 
 
 def test_engines_drive_stitched_guides_through_the_matcher():

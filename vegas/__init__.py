@@ -12,8 +12,9 @@ guide accepts for it), ``schema_regex`` (the regex both are built on), ``SchemaE
     'name: Ada'
 
 A schema compiles into a guide stitched from fragments between hard token boundaries (``product.stitched``),
-each compiled once per tokenizer and kept in memory and on disk (``product.library``). What it leaves out: a
-fragment holding a counted repetition (``maxLength: 100``...) is not cut yet; such a schema compiles as one regex.
+each compiled once per tokenizer and kept in memory and on disk (``product.library``); a fragment holding a
+counted repetition (``maxLength: 100``...) is one too, compiled with a counter (``product.counted``). What it
+leaves out: a fragment whose regex is too long to write out; such a schema compiles as one regex.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     The guide is stitched from fragments (``product.stitched``) kept in memory and in the on-disk library
     ``library_dir`` (default ``<canonmerge cache>/fragments``; ``False``: memory only), so schemas sharing
     value types compile mostly from what earlier ones compiled. Where the schema cannot be cut into fragments
-    (a counted repetition such as ``maxLength: 100`` inside one), it is compiled as one regex: same guide, slower.
+    (a fragment's regex too long to write out), it is compiled as one regex: same guide, slower.
 
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.

@@ -305,7 +305,7 @@ def _compile_schema(args: argparse.Namespace) -> int:
         print(f"fragments         {guide.fragments_reused} reused, {guide.fragments_compiled} compiled "
               f"({guide.num_fragments} distinct)")
     else:
-        print("fragments         none: compiled as one regex (a counted repetition or an uncut cycle in a fragment)")
+        print("fragments         none: compiled as one regex (the skeleton could not be cut: StitchError)")
     print(f"guide             {guide.num_nodes} nodes, {guide.memory_bytes / 2**20:.1f} MiB, compiled in "
           f"{1e3 * (done - loaded):.1f} ms (tokenizer loaded in {loaded - to_regex:.2f} s)")
     print(f"library           {store.directory}: {store.count()} fragments, {store.size_bytes() / 2**20:.1f} MiB")
