@@ -26,6 +26,11 @@ where the instance it leads to is live (``compile_stitched`` solves this across 
 overlaps the literal before a cut, the text could go on past the exit inside the fragment: that cut is not made
 there (a *soft* exit). Cycles inside a fragment are written by state elimination.
 
+``fine_cuts`` (``compile_stitched``) also cuts where a byte pair around a state is inside tokens but no such
+token, laid across the state, fits the skeleton's text around it and the pre-tokenizer's contexts after it
+(``_Crossing``), and before leaves whose first characters are known. Slower to find (a second per large
+skeleton), so ``vegas.compile_schema`` uses it only where the plain cuts leave a fragment too long to write.
+
 Compiled fragments are kept per canonical automaton in ``FragmentLibrary`` (memory, and on disk when given a
 directory: ``product.library``), keyed by their regex, entry context, EOS and options: a new constraint
 compiles only the fragments no earlier one had.
