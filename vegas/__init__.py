@@ -45,6 +45,7 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
     """
+    from automata.errors import StateLimitError
     from product import compile_regex
     from product.library import FragmentStore, default_library_dir
     from product.stitched import FragmentTooLongError, StitchError, compile_stitched
@@ -69,5 +70,9 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
         except FragmentTooLongError:
             continue
         except StitchError:
+            break
+        except StateLimitError:  # a finely cut fragment still too large: the whole regex, as before fine cuts
+            if any_leaf:
+                raise
             break
     return compile_regex(compiler.expand(skeleton), canonical, **options)
