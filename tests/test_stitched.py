@@ -11,7 +11,8 @@ import pytest
 
 import product
 import vegas
-from product.stitched import StitchedGuide, _inner_pairs, compile_stitched, fragment_library
+from product.stitched import (StitchError, StitchedGuide, _inner_pairs, _Skeleton, compile_stitched,
+                              fragment_library)
 from tests.conftest import automaton_of, runtime_of
 from tests.test_schema import SCHEMAS, VALID
 from vegas.schema import TOP, Compiler, load_schema
@@ -93,6 +94,60 @@ def test_cut_states_are_where_no_token_spans_the_two_bytes():
     spelled = [b for b in canonical.token_bytes if b]
     for x, y in [(b":", b" "), (b",", b" "), (b'"', b","), (b"\n", b" "), (b"-", b" "), (b"a", b"b")]:
         assert pairs[x[0], y[0]] == any(x + y in b for b in spelled)
+
+
+def _state_after(skeleton: _Skeleton, text: str) -> int:
+    class_of = {ch: c for c, chars in skeleton.chars_of.items() for ch in chars}
+    q = skeleton.start
+    for ch in text:
+        q = int(skeleton.table[q, class_of[ch]])
+    return q
+
+
+def test_yaml_lines_are_cut_where_no_token_holding_their_bytes_fits():
+    """Llama-3's tokens hold "\n" + " " (runs of whitespace ending in a line break) and runs of spaces, so the
+    byte pairs alone cut no YAML line there. Laid across the text around each position, none fits after a line
+    break, nor across the last space of an indentation (the pieces are "\n", "   ", " b"); a run of spaces fits
+    across the first of four (the piece "   " holds it), which stays uncut."""
+    canonical = automaton_of("llama3")
+    pairs = _inner_pairs(canonical)
+    assert pairs[ord("\n"), ord(" ")] and pairs[ord(" "), ord(" ")]
+    plain = _Skeleton("a:\n  b: 1", {}, canonical, 10_000)  # the byte pairs' cuts alone
+    assert not plain.cut[_state_after(plain, "a:\n")]
+    skeleton = _Skeleton("a:\n  b:\n    c: 1\n  d: 2\ne: 3", {}, canonical, 10_000, fine_cuts=True)
+    cut = {text: bool(skeleton.cut[_state_after(skeleton, text)])
+           for text in ("a:\n", "a:\n ", "a:\n  b:\n", "a:\n  b:\n ", "a:\n  b:\n   ", "a:\n  b:\n    c:")}
+    assert cut == {"a:\n": True, "a:\n ": True, "a:\n  b:\n": True, "a:\n  b:\n ": False,
+                   "a:\n  b:\n   ": True, "a:\n  b:\n    c:": True}
+
+
+@pytest.mark.slow  # 58 s: the whole regex of YAML "anything" values on Llama-3
+def test_finely_cut_yaml_guides_have_the_whole_regex_masks():
+    """A YAML schema with "anything" values written out and cut finely (where compile_schema falls back when a
+    fragment is too long) keeps the whole regex's masks on real encodings and random walks (Llama-3)."""
+    canonical, runtime = automaton_of("llama3"), runtime_of("llama3")
+    schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {  # other keys: anything
+        "b": {"type": "object", "properties": {"c": {"type": "integer"}}}, "d": {"type": "string"}}},
+        "e": {"type": "array", "items": {"type": "object", "properties": {"f": {"type": "boolean"}}}}}}
+    compiler = Compiler(load_schema(schema), "yaml", leaves=True, any_leaf=False)
+    stitched = compile_stitched(compiler.value(compiler.root, "#", TOP), compiler.leaves, canonical, fine_cuts=True)
+    whole = product.compile_regex(vegas.schema_regex(schema, "yaml"), canonical)
+    assert isinstance(stitched, StitchedGuide)
+    values = [{"a": {"b": {"c": 1}, "d": "x y", "g": [1, {"h": None}]}, "e": [{"f": True}, {}]}, {"a": {"d": "Z"}}]
+    for value in values:
+        _same_walk(stitched, whole, runtime.encode(vegas.format_instance(value, schema, style="yaml"),
+                                                   add_special_tokens=False).ids)
+    rng = random.Random("yaml-lines")
+    for _ in range(20):
+        s, w = stitched.initial_state, whole.initial_state
+        for _ in range(60):
+            allowed = stitched.allowed(s)
+            assert np.array_equal(allowed, whole.allowed(w))
+            choices = [t for t in np.flatnonzero(allowed).tolist() if t not in stitched.eos_token_ids]
+            if not choices or stitched.is_accepting(s) and rng.random() < 0.2:
+                break
+            t = rng.choice(choices)
+            s, w = stitched.advance(s, t), whole.advance(w, t)
 
 
 def test_a_second_schema_reuses_the_fragments_of_the_first():

@@ -46,21 +46,34 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
     """
+    from automata.errors import StateLimitError
     from product import compile_regex
     from product.library import FragmentStore, default_library_dir
-    from product.stitched import StitchError, compile_stitched
+    from product.stitched import FragmentTooLongError, StitchError, compile_stitched
     from vegas.schema import TOP, Compiler, load_schema
 
-    compiler = Compiler(load_schema(schema), style, strict=strict, max_recursion=max_recursion, any_depth=any_depth,
-                        leaves=True)
-    skeleton = compiler.value(compiler.root, "#", TOP)
-    if skeleton is None:
-        raise SchemaError("no instance satisfies the schema", pointer="#")
     title = schema.get("title", "schema") if isinstance(schema, dict) else "schema"
     options = dict(canonical_only=canonical_only, max_states=max_states, max_transitions=max_transitions,
                    cache_size=cache_size, eos_token_ids=eos_token_ids, name=f"{title} ({style})")
-    try:
-        store = None if library_dir is False else FragmentStore(library_dir or default_library_dir())
-        return compile_stitched(skeleton, compiler.leaves, canonical, store=store, **options)
-    except StitchError:
-        return compile_regex(compiler.expand(skeleton), canonical, **options)
+    store = None if library_dir is False else FragmentStore(library_dir or default_library_dir())
+    # "anything" values as leaves (each compiles once) and the byte-pair cuts first; in YAML, where a fragment
+    # is then too long to write (a nested block on Llama-3, whose line breaks share tokens with the indentation),
+    # "anything" written out and cut finely (product.stitched._Crossing): slower to cut, but fragments of lines
+    for any_leaf in ((True, False) if style == "yaml" else (True,)):
+        compiler = Compiler(load_schema(schema), style, strict=strict, max_recursion=max_recursion,
+                            any_depth=any_depth, leaves=True, any_leaf=any_leaf)
+        skeleton = compiler.value(compiler.root, "#", TOP)
+        if skeleton is None:
+            raise SchemaError("no instance satisfies the schema", pointer="#")
+        try:
+            return compile_stitched(skeleton, compiler.leaves, canonical, store=store, fine_cuts=not any_leaf,
+                                    **options)
+        except FragmentTooLongError:
+            continue
+        except StitchError:
+            break
+        except StateLimitError:  # a finely cut fragment still too large: the whole regex, as before fine cuts
+            if any_leaf:
+                raise
+            break
+    return compile_regex(compiler.expand(skeleton), canonical, **options)

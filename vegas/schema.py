@@ -126,7 +126,7 @@ class Compiler:
     """Walks one schema (the root of every ``$ref``) in one style. Regexes are memoised per (node, position)."""
 
     def __init__(self, root, style: str = "json", *, strict: bool = False, max_recursion: int = 3,
-                 any_depth: int = 2, leaves: bool = False):
+                 any_depth: int = 2, leaves: bool = False, any_leaf: bool = True):
         if style not in ("json", "yaml"):
             raise ValueError(f"style must be 'json' or 'yaml', not {style!r}")
         if not isinstance(root, (dict, bool)):
@@ -138,6 +138,9 @@ class Compiler:
         # regexes (``self.leaves``), so the regex left is the literal structure: the skeleton product.stitched cuts.
         self.leaves: dict[str, str] | None = {} if leaves else None
         self._leaf_of: dict[str, str] = {}
+        # any_leaf=False: "anything" values are written out in the skeleton like any other structure (a YAML one
+        # holds whole blocks, whose line breaks the skeleton can cut where the leaf could not)
+        self.any_leaf = any_leaf
 
     def leaf(self, regex: str | None) -> str | None:
         """``regex`` itself, or in skeleton mode the placeholder character standing for it."""
@@ -422,7 +425,8 @@ class Compiler:
     def value(self, schema, pointer: str, pos: Position, stack: tuple[str, ...] = ()) -> str | None:
         """The regex of the texts of every instance of ``schema`` written at ``pos`` (None: no instance)."""
         key = (pointer, pos, stack, id(schema), self.leaves is None)
-        if key not in self._memo and self.leaves is not None and (schema is True or schema == {}):
+        if key not in self._memo and self.leaves is not None and (schema is True or schema == {}) \
+                and self.any_leaf:
             # "anything" is one leaf in a skeleton: it is the same wherever it appears (at one position and
             # depth), so its fragment compiles once, and the skeleton keeps only the schema's own structure
             leaves, self.leaves = self.leaves, None
