@@ -39,10 +39,11 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+import functools
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -88,16 +89,25 @@ class Fragment:
     exit_sets: list[tuple[int, ...]]
     seconds: float  # compile time
 
+    @functools.cached_property
+    def cut_exits(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """(node, pre-tokenizer context, exit set) of every final node at a cut exit: where a stitched guide
+        moves on to the next instance (computed once per fragment, not per guide built from it)."""
+        cuts = np.array([any(k >= 1 for k in e) for e in self.exit_sets] + [False], dtype=bool)[self.exit_of_node]
+        nodes = np.flatnonzero(cuts & self.guide._final)
+        return list(zip(nodes.tolist(), self.guide._node_ctx[nodes].tolist(),
+                        [self.exit_sets[e] for e in self.exit_of_node[nodes].tolist()]))
+
 
 @dataclass(eq=False)
 class _Instance:
     """A fragment where the skeleton reaches the cut states ``roots`` (``END`` among them: the text may also
-    end there) in context ``entry_context``. ``next_of_node``: per node of the fragment's guide, the instance
-    its exits lead to (-1: no cut exit there)."""
+    end there) in context ``entry_context``. ``next_of_node``: per node of the fragment's guide at a cut exit,
+    the instance its exits lead to."""
     roots: frozenset
     entry_context: int
     fragment: Fragment
-    next_of_node: np.ndarray = field(default=None)
+    next_of_node: dict[int, int]
 
 
 class FragmentLibrary:
@@ -226,21 +236,19 @@ class _Skeleton:
 
     def __init__(self, pattern: str, leaves: dict[str, str], canonical: CanonicalAutomaton, max_states: int):
         class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
-        self.table, self.accepting, self.start = class_target, accepting, start
+        self.accepting, self.start = accepting.tolist(), start
         chars_of: dict[int, list[str]] = {}
         for char, c in mapping.items():
             if char is not anything_else:
                 chars_of.setdefault(c, []).append(char)
-        self.chars_of = chars_of
         for chars in chars_of.values():
             if any(ord(ch) in PLACEHOLDERS and ch not in leaves for ch in chars):
                 raise StitchError("the skeleton has a character in the placeholder range that is no placeholder")
-        self.leaves = leaves
         # per class: its regex label, whether it is all literal, and its characters' first and last UTF-8 bytes
-        self.label, literal, first, last = {}, {}, {}, {}
+        label, literal, first, last = {}, {}, {}, {}
         for c, chars in chars_of.items():
             parts = [f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)]
-            self.label[c] = _alternation(parts)
+            label[c] = _alternation(parts)
             literal[c] = not any(ch in leaves for ch in chars)
             encoded = [ch.encode("utf-8", "surrogatepass") for ch in chars]
             first[c] = {b[0] for b in encoded}
@@ -276,6 +284,13 @@ class _Skeleton:
         crossing = (((into.astype(np.int32) @ inner) > 0) & out).any(axis=1)
         self.cut = into.any(axis=1) & out.any(axis=1) & ~into_leaf & ~out_leaf & ~crossing
         self.cut[start] = False
+        # per state, its edges: target -> the regex of the characters that lead there (``source`` and ``cls``
+        # come in row order, so a target's classes in increasing order, as a walk along the row meets them)
+        classes_into: list[dict[int, list[int]]] = [{} for _ in range(n)]
+        for q, c, t in zip(source.tolist(), cls.tolist(), target.tolist()):
+            classes_into[q].setdefault(t, []).append(c)
+        self.edges = [{t: label[cs[0]] if len(cs) == 1 else _alternation([label[c] for c in cs])
+                       for t, cs in by_target.items()} for by_target in classes_into]
 
     def fragment(self, roots: frozenset, soft: frozenset = frozenset()) -> tuple[str, list[int]]:
         """The regex of what the skeleton reads from any of ``roots`` (cut states, or ``END``: the text ends) up
@@ -297,7 +312,7 @@ class _Skeleton:
                 raise _Cycle
             on_path.add(q)
             parts = [exit_marker(0)] if self.accepting[q] else []
-            parts += [label + write(t, False) for t, label in self._edges(q).items()]
+            parts += [label + write(t, False) for t, label in self.edges[q].items()]
             on_path.discard(q)
             text = _alternation(parts)
             size[0] += len(text)
@@ -311,15 +326,6 @@ class _Skeleton:
         except _Cycle:
             return self._eliminated(roots, soft)
         return _alternation(parts), exits
-
-    def _edges(self, q: int) -> dict[int, str]:
-        """q's edges: target -> the regex of the characters that lead there."""
-        row = self.table[q]
-        by_target: dict[int, list[int]] = {}
-        for c in np.flatnonzero(row != MISSING).tolist():
-            if c in self.chars_of:
-                by_target.setdefault(int(row[c]), []).append(c)
-        return {t: _alternation([self.label[c] for c in classes]) for t, classes in by_target.items()}
 
     def _eliminated(self, roots: frozenset, soft: frozenset) -> tuple[str, list[int]]:
         """``fragment`` for a fragment with a cycle (a YAML block whose line breaks are inside tokens): the
@@ -346,7 +352,7 @@ class _Skeleton:
             seen.add(q)
             if self.accepting[q]:
                 add(("state", q), SINK, exit_marker(0))
-            for t, label in self._edges(q).items():
+            for t, label in self.edges[q].items():
                 if self.cut[t] and t not in soft:
                     if t not in exits:
                         exits.append(t)
@@ -427,14 +433,10 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                 successors[key] = {}
                 return
         fragment_of[key] = fragment
-        guide, exit_of = fragment.guide, fragment.exit_of_node
         nxt, into = {}, {}
-        cuts = np.array([any(k >= 1 for k in e) for e in fragment.exit_sets] + [False], dtype=bool)[exit_of]
-        for node in np.flatnonzero(cuts & guide._final).tolist():
-            exit_ctx = int(guide._node_ctx[node])
+        for node, exit_ctx, exit_set in fragment.cut_exits:
             if exit_ctx >= num_open:
                 raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
-            exit_set = fragment.exit_sets[int(exit_of[node])]
             succ = (frozenset(END if k == 0 else exits[k - 1] for k in exit_set), exit_ctx)
             nxt[node] = succ
             into[succ] = (exit_set, exit_ctx)
@@ -476,13 +478,10 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                 order.append(succ)
     instances = []
     for key in order:
-        fragment = fragment_of[key]
-        next_of_node = np.full(len(fragment.exit_of_node), -1, dtype=np.int64)
-        for node, succ in successors[key].items():
-            if fragment_of[succ] is None:
-                raise StitchError("internal: a live exit leads to a dead instance")
-            next_of_node[node] = index[succ]
-        instances.append(_Instance(key[0], key[1], fragment, next_of_node))
+        if any(fragment_of[succ] is None for succ in successors[key].values()):
+            raise StitchError("internal: a live exit leads to a dead instance")
+        next_of_node = {node: index[succ] for node, succ in successors[key].items()}
+        instances.append(_Instance(key[0], key[1], fragment_of[key], next_of_node))
     return StitchedGuide(instances, canonical, canonical_only=canonical_only, cache_size=cache_size, name=name,
                          eos=eos, reused=counts[False], compiled=counts[True])
 
@@ -506,10 +505,9 @@ class StitchedGuide(Guide):
         sizes = [g.num_nodes * self._M for g in self._guides]
         self._base = [0] + np.cumsum(sizes).tolist()[:-1]
         self._end = sum(sizes)
-        # exit node -> the next instance's initial state, as one global state
-        starts = np.array([b + g.initial_state for b, g in zip(self._base, self._guides)], dtype=np.int64)
-        self._jump = [np.where(inst.next_of_node >= 0, starts[np.maximum(inst.next_of_node, 0)], -1).tolist()
-                      for inst in instances]
+        # per instance, exit node -> the next instance's initial state, as one global state
+        starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
+        self._jump = [{node: starts[i] for node, i in inst.next_of_node.items()} for inst in instances]
         self.initial_state = self._guides[0].initial_state
         self.fragments_reused, self.fragments_compiled = reused, compiled
         self._init_mask_cache(cache_size)
@@ -579,5 +577,5 @@ class StitchedGuide(Guide):
         except DisallowedTokenError:
             raise DisallowedTokenError(f"token {token_id} ({guide._describe(token_id)}) is not allowed in state "
                                        f"{state} of {self.name!r}") from None
-        jump = self._jump[i][after // self._M]
-        return jump if jump >= 0 else self._base[i] + after
+        jump = self._jump[i].get(after // self._M)
+        return jump if jump is not None else self._base[i] + after

@@ -78,6 +78,7 @@ def _naturals(lo: int, hi: int | None) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 
+@lru_cache(maxsize=4096)  # a schema's numbers share a few bounds; memoised, a warm compile writes none again
 def integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
     """Canonical decimals of the integers in [lo, hi] (None: unbounded); None when the range is empty."""
     if lo is not None and hi is not None and hi < lo:
@@ -96,6 +97,7 @@ def integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 
+@lru_cache(maxsize=4096)
 def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = None, *, lo_exclusive: bool = False,
                  hi_exclusive: bool = False, style: str = "json") -> str | None:
     """Numbers (integers or floats) as written, within bounds (None: unbounded; ``number_bound`` reads them).
