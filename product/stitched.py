@@ -266,9 +266,10 @@ class _Skeleton:
         byte_index = {byte: i for i, byte in enumerate(used)}
         first_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)  # per class: its first bytes
         last_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)
-        for c in chars_of:
-            first_bytes[c, [byte_index[x] for x in first[c]]] = True
-            last_bytes[c, [byte_index[x] for x in last[c]]] = True
+        for bytes_of, table in ((first, first_bytes), (last, last_bytes)):
+            pairs_of = [(c, byte_index[x]) for c in chars_of for x in bytes_of[c]]
+            if pairs_of:
+                table[tuple(np.array(pairs_of).T)] = True
         into_leaf = np.zeros(n, dtype=bool)
         into_leaf[target[~is_literal]] = True
         out_leaf = np.zeros(n, dtype=bool)
@@ -280,10 +281,11 @@ class _Skeleton:
         edge, byte = np.nonzero(first_bytes[cls])
         out[source[edge], byte] = True
         # a token may cross between q's last and next byte iff some pair (x in into[q], y in out[q]) is inner
-        inner = pairs[np.ix_(used, used)].astype(np.int32)
-        crossing = (((into.astype(np.int32) @ inner) > 0) & out).any(axis=1)
-        self.cut = into.any(axis=1) & out.any(axis=1) & ~into_leaf & ~out_leaf & ~crossing
-        self.cut[start] = False
+        inner = pairs[np.ix_(used, used)].astype(np.float32)  # (counts below 2^24: exact in float32)
+        crossing = (((into.astype(np.float32) @ inner) > 0) & out).any(axis=1)
+        cut = into.any(axis=1) & out.any(axis=1) & ~into_leaf & ~out_leaf & ~crossing
+        cut[start] = False
+        self.cut = cut.tolist()
         # per state, its edges: target -> the regex of the characters that lead there (``source`` and ``cls``
         # come in row order, so a target's classes in increasing order, as a walk along the row meets them)
         classes_into: list[dict[int, list[int]]] = [{} for _ in range(n)]
@@ -373,6 +375,8 @@ class _Cycle(Exception):
 
 
 def _alternation(parts: list[str]) -> str:
+    if len(parts) == 1:  # most states of a skeleton: one literal character
+        return parts[0]
     parts = list(dict.fromkeys(parts))
     return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
