@@ -285,6 +285,7 @@ def plain_regex() -> str:
     return walk(trie, 0, False)
 
 
+@lru_cache(maxsize=2)  # every free YAML string of a schema writes it
 def not_plain_body(style: str) -> str:
     """The written characters (inside double quotes) of every string that is *not* plain-safe: empty; first
     character not a letter; a later character outside the plain set; a trailing space; a special word."""
