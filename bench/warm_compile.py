@@ -2,8 +2,9 @@
 
 Each selected schema (``json_schema.py``'s selection) is compiled once (cold: its fragments compiled, or loaded
 from the on-disk library of ``CANONMERGE_CACHE_DIR``), then ``--repeats`` more times (warm: every fragment in
-the in-memory library); a schema's warm time is the median of those. Then one more warm compile of every schema
-runs under cProfile (aggregated over all schemas), and with timers around the compile's phases:
+the in-memory library); a schema's warm time is the median of those. Right after (as in ``json_schema.py``: the
+in-memory library may have evicted an earlier schema's fragments by the end of the run), one more warm compile
+runs with timers around the compile's phases and one under cProfile (aggregated over all schemas):
 
 - ``skeleton regex``: ``vegas.schema.Compiler`` walks the schema and writes the skeleton and its leaves;
 - ``skeleton DFA``: ``product.stitched._Skeleton`` (the skeleton's character DFA and its cut states);
