@@ -28,6 +28,15 @@ _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ
 
 
 _CLASSES: dict[str, _CharGroup] = {}  # a class's text (between the brackets) -> its group
+_LITERALS: dict[str, _CharGroup] = {}  # a character -> the group of that character alone (groups are immutable)
+
+
+def _literal(c: str) -> _CharGroup:
+    """The group of the single character ``c``, made once per process (a skeleton's keys are mostly these)."""
+    group = _LITERALS.get(c)
+    if group is None:
+        group = _LITERALS[c] = _CharGroup(frozenset({c}), False)
+    return group
 
 
 class _Other(Exception):
@@ -88,7 +97,7 @@ class _Reader:
             elif c in _SPECIAL or c == "{":  # a quantifier with nothing before it, an anchor
                 raise _Other
             else:
-                base = _CharGroup(frozenset({c}), False)
+                base = _literal(c)
             parts.append(self.quantified(base))
         return _Concatenation(tuple(parts))
 
@@ -169,7 +178,7 @@ class _Reader:
         self.i += 1
         if c == "\\":
             return self.escape(inside_class=True)
-        return _CharGroup(frozenset({c}), False)
+        return _literal(c)
 
     def escape(self, inside_class: bool) -> _CharGroup:
         c = self.s[self.i]
@@ -186,4 +195,4 @@ class _Reader:
             return _CHAR_GROUPS[c]
         if c in _ASCII_LETTERS or c.isalpha():
             raise _Other  # an unknown letter escape: interegular's syntax error
-        return _CharGroup(frozenset({c}), False)
+        return _literal(c)

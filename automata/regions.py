@@ -133,30 +133,49 @@ def eliminate(edges: dict, source, sink, max_length: int) -> str:
     """State elimination: ``edges`` maps (from, to) to a regex (parallel edges already joined); every node but
     ``source`` and ``sink`` is removed, the one with the fewest in x out edges first (ties by ``repr``), each path
     through it becoming in-label (loop)* out-label. Returns the regex from source to sink ('' if none: callers
-    check emptiness first). ``StateLimitError`` once the labels outgrow ``max_length`` characters."""
+    check emptiness first). ``StateLimitError`` once the labels outgrow ``max_length`` characters.
+
+    Each node's in- and out-neighbours (self-loops aside) and the labels' total length are kept up to date as
+    edges come and go; neighbours in the order their edges entered ``edges``, so the regex is the one a scan of
+    ``edges`` per elimination writes."""
     edges = dict(edges)
+    ins: dict = {}  # node -> {predecessor: None}, in edge order
+    outs: dict = {}
+    for a, b in edges:
+        ins.setdefault(a, {}), outs.setdefault(a, {}), ins.setdefault(b, {}), outs.setdefault(b, {})
+        if a != b:
+            ins[b][a] = outs[a][b] = None
+    total = sum(len(r) for r in edges.values())
 
     def add(a, b, regex: str) -> None:
-        edges[a, b] = regex if (a, b) not in edges else f"(?:{edges[a, b]}|{regex})"
+        nonlocal total
+        old = edges.get((a, b))
+        if old is None:
+            edges[a, b] = regex
+            total += len(regex)
+            if a != b:
+                ins[b][a] = outs[a][b] = None
+        else:
+            edges[a, b] = f"(?:{old}|{regex})"
+            total += len(edges[a, b]) - len(old)
 
-    nodes = ({a for a, _ in edges} | {b for _, b in edges}) - {source, sink}
+    nodes = set(ins) - {source, sink}
+    name = {k: repr(k) for k in nodes}
     while nodes:
-        ins = {k: [] for k in nodes}
-        outs = {k: [] for k in nodes}
-        for a, b in edges:
-            if b in ins and a != b:
-                ins[b].append(a)
-            if a in outs and a != b:
-                outs[a].append(b)
-        k = min(sorted(nodes, key=repr), key=lambda n: len(ins[n]) * len(outs[n]))
+        k = min(nodes, key=lambda n: (len(ins[n]) * len(outs[n]), name[n]))
         loop = edges.pop((k, k), None)
         star = f"(?:{loop})*" if loop is not None else ""
-        into = [(a, edges.pop((a, k))) for a in ins[k]]
-        out_of = [(b, edges.pop((k, b))) for b in outs[k]]
+        into = [(a, edges.pop((a, k))) for a in ins.pop(k)]
+        out_of = [(b, edges.pop((k, b))) for b in outs.pop(k)]
+        total -= sum(len(r) for _, r in into) + sum(len(r) for _, r in out_of) + len(loop or "")
+        for a, _ in into:
+            del outs[a][k]
+        for b, _ in out_of:
+            del ins[b][k]
         for a, r_in in into:
             for b, r_out in out_of:
                 add(a, b, f"{r_in}{star}{r_out}")
         nodes.discard(k)
-        if sum(len(r) for r in edges.values()) > max_length:
+        if total > max_length:
             raise StateLimitError(f"a regex written by state elimination outgrows {max_length} characters")
     return edges.get((source, sink), "")

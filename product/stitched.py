@@ -51,7 +51,7 @@ import functools
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -101,16 +101,25 @@ class Fragment:
     exit_sets: list[tuple[int, ...]]
     seconds: float  # compile time
 
+    @functools.cached_property
+    def cut_exits(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """(node, pre-tokenizer context, exit set) of every final node at a cut exit: where a stitched guide
+        moves on to the next instance (computed once per fragment, not per guide built from it)."""
+        cuts = np.array([any(k >= 1 for k in e) for e in self.exit_sets] + [False], dtype=bool)[self.exit_of_node]
+        nodes = np.flatnonzero(cuts & self.guide._final)
+        return list(zip(nodes.tolist(), self.guide._node_ctx[nodes].tolist(),
+                        [self.exit_sets[e] for e in self.exit_of_node[nodes].tolist()]))
+
 
 @dataclass(eq=False)
 class _Instance:
     """A fragment where the skeleton reaches the cut states ``roots`` (``END`` among them: the text may also
-    end there) in context ``entry_context``. ``next_of_node``: per node of the fragment's guide, the instance
-    its exits lead to (-1: no cut exit there)."""
+    end there) in context ``entry_context``. ``next_of_node``: per node of the fragment's guide at a cut exit,
+    the instance its exits lead to."""
     roots: frozenset
     entry_context: int
     fragment: Fragment
-    next_of_node: np.ndarray = field(default=None)
+    next_of_node: dict[int, int]
 
 
 class FragmentLibrary:
@@ -283,23 +292,22 @@ class _Skeleton:
         # look up (Github_easy---o58839: 5,290 states -> 1,234)
         small = _class_dfa(class_target, accepting, start).minimise()
         class_target, accepting, start = small.transitions, small.accepting, small.start
-        self.table, self.accepting, self.start = class_target, accepting, start
+        self.accepting, self.start = np.asarray(accepting).tolist(), start
         chars_of: dict[int, list[str]] = {}
         for char, c in mapping.items():
             if char is not anything_else:
                 chars_of.setdefault(c, []).append(char)
-        self.chars_of = chars_of
         for chars in chars_of.values():
             if any(ord(ch) in PLACEHOLDERS and ch not in leaves for ch in chars):
                 raise StitchError("the skeleton has a character in the placeholder range that is no placeholder")
-        self.leaves = leaves
         # per class: its regex label; its characters' UTF-8 bytes when all are literal (None: a leaf is among
         # them); the characters its texts start with (a leaf's: its regex's first characters; None: not known);
         # the first and last bytes of those (of a leaf, the last are not read: no state after a leaf is cut)
-        self.label, self.strings, self.opening, first, last = {}, {}, {}, {}, {}
+        label, first, last = {}, {}, {}
+        self.strings, self.opening = {}, {}
         for c, chars in chars_of.items():
             parts = [f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)]
-            self.label[c] = _alternation(parts)
+            label[c] = _alternation(parts)
             encoded = [ch.encode("utf-8", "surrogatepass") for ch in chars]
             self.strings[c] = None if any(ch in leaves for ch in chars) else encoded
             openings = [_leaf_openings(leaves[ch]) if ch in leaves else frozenset(ch) for ch in chars]
@@ -323,9 +331,10 @@ class _Skeleton:
         byte_index = {byte: i for i, byte in enumerate(used)}
         first_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)  # per class: its first bytes
         last_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)
-        for c in chars_of:
-            first_bytes[c, [byte_index[x] for x in first[c]]] = True
-            last_bytes[c, [byte_index[x] for x in last[c]]] = True
+        for bytes_of, table in ((first, first_bytes), (last, last_bytes)):
+            pairs_of = [(c, byte_index[x]) for c in chars_of for x in bytes_of[c]]
+            if pairs_of:
+                table[tuple(np.array(pairs_of).T)] = True
         into_leaf = np.zeros(n, dtype=bool)
         into_leaf[target[~is_literal]] = True
         out_unknown = np.zeros(n, dtype=bool)  # a leaf leaves the state (fine cuts: one not known to start so)
@@ -337,18 +346,26 @@ class _Skeleton:
         edge, byte = np.nonzero(first_bytes[cls])
         out[source[edge], byte] = True
         # a token may cross between q's last and next byte iff some pair (x in into[q], y in out[q]) is inner
-        inner = pairs[np.ix_(used, used)].astype(np.int32)
-        crossing = (((into.astype(np.int32) @ inner) > 0) & out).any(axis=1)
+        inner = pairs[np.ix_(used, used)].astype(np.float32)  # (counts below 2^24: exact in float32)
+        crossing = (((into.astype(np.float32) @ inner) > 0) & out).any(axis=1)
         candidate = into.any(axis=1) & out.any(axis=1) & ~into_leaf & ~out_unknown
         candidate[start] = False
-        self.cut = candidate & ~crossing
+        cut = candidate & ~crossing
         # where some token holds a byte pair around q, q is still cut when no such token fits there (_Crossing)
         if fine_cuts and (candidate & crossing).any():
             test = _Crossing(self, source, cls, target, canonical)
             for q in np.flatnonzero(candidate & crossing).tolist():
                 pairs_q = [(used[x], used[y]) for x in np.flatnonzero(into[q]).tolist()
                            for y in np.flatnonzero(out[q]).tolist() if inner[x, y]]
-                self.cut[q] = not test.crossed(q, pairs_q)
+                cut[q] = not test.crossed(q, pairs_q)
+        self.cut = cut.tolist()
+        # per state, its edges: target -> the regex of the characters that lead there (``source`` and ``cls``
+        # come in row order, so a target's classes in increasing order, as a walk along the row meets them)
+        classes_into: list[dict[int, list[int]]] = [{} for _ in range(n)]
+        for q, c, t in zip(source.tolist(), cls.tolist(), target.tolist()):
+            classes_into[q].setdefault(t, []).append(c)
+        self.edges = [{t: label[cs[0]] if len(cs) == 1 else _alternation([label[c] for c in cs])
+                       for t, cs in by_target.items()} for by_target in classes_into]
 
     def fragment(self, roots: frozenset, soft: frozenset = frozenset()) -> tuple[str, list[int]]:
         """The regex of what the skeleton reads from any of ``roots`` (cut states, or ``END``: the text ends) up
@@ -370,7 +387,7 @@ class _Skeleton:
                 raise _Cycle
             on_path.add(q)
             parts = [exit_marker(0)] if self.accepting[q] else []
-            parts += [label + write(t, False) for t, label in self._edges(q).items()]
+            parts += [label + write(t, False) for t, label in self.edges[q].items()]
             on_path.discard(q)
             text = _alternation(parts)
             size[0] += len(text)
@@ -384,15 +401,6 @@ class _Skeleton:
         except _Cycle:
             return self._eliminated(roots, soft)
         return _alternation(parts), exits
-
-    def _edges(self, q: int) -> dict[int, str]:
-        """q's edges: target -> the regex of the characters that lead there."""
-        row = self.table[q]
-        by_target: dict[int, list[int]] = {}
-        for c in np.flatnonzero(row != MISSING).tolist():
-            if c in self.chars_of:
-                by_target.setdefault(int(row[c]), []).append(c)
-        return {t: _alternation([self.label[c] for c in classes]) for t, classes in by_target.items()}
 
     def _eliminated(self, roots: frozenset, soft: frozenset) -> tuple[str, list[int]]:
         """``fragment`` for a fragment with a cycle (a YAML block whose line breaks are inside tokens): the
@@ -419,7 +427,7 @@ class _Skeleton:
             seen.add(q)
             if self.accepting[q]:
                 add(("state", q), SINK, exit_marker(0))
-            for t, label in self._edges(q).items():
+            for t, label in self.edges[q].items():
                 if self.cut[t] and t not in soft:
                     if t not in exits:
                         exits.append(t)
@@ -661,6 +669,8 @@ def _leaf_openings(regex: str) -> frozenset | None:
 
 
 def _alternation(parts: list[str]) -> str:
+    if len(parts) == 1:  # most states of a skeleton: one literal character
+        return parts[0]
     parts = list(dict.fromkeys(parts))
     return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
@@ -721,14 +731,10 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                 successors[key] = {}
                 return
         fragment_of[key] = fragment
-        guide, exit_of = fragment.guide, fragment.exit_of_node
         nxt, into = {}, {}
-        cuts = np.array([any(k >= 1 for k in e) for e in fragment.exit_sets] + [False], dtype=bool)[exit_of]
-        for node in np.flatnonzero(cuts & guide._final).tolist():
-            exit_ctx = int(guide._node_ctx[node])
+        for node, exit_ctx, exit_set in fragment.cut_exits:
             if exit_ctx >= num_open:
                 raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
-            exit_set = fragment.exit_sets[int(exit_of[node])]
             succ = (frozenset(END if k == 0 else exits[k - 1] for k in exit_set), exit_ctx)
             nxt[node] = succ
             into[succ] = (exit_set, exit_ctx)
@@ -779,13 +785,10 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                 order.append(succ)
     instances = []
     for key in order:
-        fragment = fragment_of[key]
-        next_of_node = np.full(len(fragment.exit_of_node), -1, dtype=np.int64)
-        for node, succ in successors[key].items():
-            if fragment_of[succ] is None:
-                raise StitchError("internal: a live exit leads to a dead instance")
-            next_of_node[node] = index[succ]
-        instances.append(_Instance(key[0], key[1], fragment, next_of_node))
+        if any(fragment_of[succ] is None for succ in successors[key].values()):
+            raise StitchError("internal: a live exit leads to a dead instance")
+        next_of_node = {node: index[succ] for node, succ in successors[key].items()}
+        instances.append(_Instance(key[0], key[1], fragment_of[key], next_of_node))
     return StitchedGuide(instances, canonical, canonical_only=canonical_only, cache_size=cache_size, name=name,
                          eos=eos, reused=counts[False], compiled=counts[True])
 
@@ -809,10 +812,9 @@ class StitchedGuide(Guide):
         sizes = [g._num_states for g in self._guides]
         self._base = [0] + np.cumsum(sizes).tolist()[:-1]
         self._end = sum(sizes)
-        # exit node -> the next instance's initial state, as one global state
-        starts = np.array([b + g.initial_state for b, g in zip(self._base, self._guides)], dtype=np.int64)
-        self._jump = [np.where(inst.next_of_node >= 0, starts[np.maximum(inst.next_of_node, 0)], -1).tolist()
-                      for inst in instances]
+        # per instance, exit node -> the next instance's initial state, as one global state
+        starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
+        self._jump = [{node: starts[i] for node, i in inst.next_of_node.items()} for inst in instances]
         self.initial_state = self._guides[0].initial_state
         self.fragments_reused, self.fragments_compiled = reused, compiled
         self._init_mask_cache(cache_size)
@@ -886,6 +888,5 @@ class StitchedGuide(Guide):
         except DisallowedTokenError:
             raise DisallowedTokenError(f"token {token_id} ({guide._describe(token_id)}) is not allowed in state "
                                        f"{state} of {self.name!r}") from None
-        node = after // self._M  # (past the nodes in a counted fragment's loop: k > 0, never at an exit)
-        jump = self._jump[i][node] if node < len(self._jump[i]) else -1
-        return jump if jump >= 0 else self._base[i] + after
+        jump = self._jump[i].get(after // self._M)  # (none past the nodes of a counted fragment's loop, k > 0)
+        return jump if jump is not None else self._base[i] + after

@@ -16,6 +16,7 @@ Regexes use raw characters (interegular parses no ``\\u`` escapes) and ``\\xNN``
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -86,7 +87,8 @@ class CharSet:
 
     def __contains__(self, char: str) -> bool:
         c = ord(char)
-        return any(lo <= c <= hi for lo, hi in self.ranges)
+        i = bisect.bisect_right(self.ranges, (c, _MAX + 1)) - 1  # the last range starting at or before c
+        return i >= 0 and c <= self.ranges[i][1]
 
     def __bool__(self) -> bool:
         return bool(self.ranges)

@@ -78,6 +78,7 @@ def _naturals(lo: int, hi: int | None) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 
+@lru_cache(maxsize=4096)  # a schema's numbers share a few bounds; memoised, a warm compile writes none again
 def integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
     """Canonical decimals of the integers in [lo, hi] (None: unbounded); None when the range is empty."""
     if lo is not None and hi is not None and hi < lo:
@@ -96,6 +97,7 @@ def integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 
+@lru_cache(maxsize=4096)
 def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = None, *, lo_exclusive: bool = False,
                  hi_exclusive: bool = False, style: str = "json") -> str | None:
     """Numbers (integers or floats) as written, within bounds (None: unbounded; ``number_bound`` reads them).
@@ -283,6 +285,7 @@ def plain_regex() -> str:
     return walk(trie, 0, False)
 
 
+@lru_cache(maxsize=2)  # every free YAML string of a schema writes it
 def not_plain_body(style: str) -> str:
     """The written characters (inside double quotes) of every string that is *not* plain-safe: empty; first
     character not a letter; a later character outside the plain set; a trailing space; a special word."""

@@ -61,6 +61,8 @@ _BY_TYPE = {
     "object": {"properties", "required", "additionalProperties", "patternProperties"},
 }
 _BY_TYPE["integer"] = _BY_TYPE["number"]
+# (style, strict, any_depth, position, depth) -> the regex of any value written there (``Compiler.value``)
+_ANYTHING: dict[tuple, str | None] = {}
 
 
 @dataclass(frozen=True)
@@ -428,13 +430,19 @@ class Compiler:
         if key not in self._memo and self.leaves is not None and (schema is True or schema == {}) \
                 and self.any_leaf:
             # "anything" is one leaf in a skeleton: it is the same wherever it appears (at one position and
-            # depth), so its fragment compiles once, and the skeleton keeps only the schema's own structure
-            leaves, self.leaves = self.leaves, None
-            try:
-                regex = self.value(schema, pointer, pos, stack)
-            finally:
-                self.leaves = leaves
-            self._memo[key] = (schema, self.leaf(regex))
+            # depth), so its fragment compiles once, and the skeleton keeps only the schema's own structure. Its
+            # regex depends on nothing else (the options, the position, the depth): written once per process.
+            anything = (self.style, self.strict, self.any_depth, pos, stack.count(_ANY_MARK))
+            if anything not in _ANYTHING:
+                leaves, self.leaves = self.leaves, None
+                try:
+                    regex = self.value(schema, pointer, pos, stack)
+                finally:
+                    self.leaves = leaves
+                if len(_ANYTHING) >= 256:
+                    _ANYTHING.clear()
+                _ANYTHING[anything] = regex
+            self._memo[key] = (schema, self.leaf(_ANYTHING[anything]))
         if key not in self._memo:
             parts = [self.typed(alt, t, pos) for alt in self.alternatives(schema, pointer, stack) for t in alt.types]
             self._memo[key] = (schema, _union(self._merge_leaves(parts)))
