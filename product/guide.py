@@ -1052,10 +1052,7 @@ def _first_row_address(out, num_words: int) -> int:
         return out.data_ptr() if num_words == 1 or out.stride(1) == 1 else 0
     if not isinstance(out, np.ndarray):
         raise TypeError(f"fill_bitmask writes a numpy array or a CPU torch tensor, not {type(out).__name__}")
-    if out.dtype not in _MASK_DTYPES or out.ndim != 2 or out.shape[1] != num_words or len(out) < 1:
-        raise ValueError(_buffer_error(out, 1, num_words))
-    if not out.flags.writeable:
-        raise ValueError("fill_bitmask's buffer is read-only")
+    _check_array(out, 1, num_words)
     return out.ctypes.data if out.strides[1] == 4 or num_words == 1 else 0
 
 
@@ -1064,11 +1061,16 @@ def _uint32_rows(out, rows: int, num_words: int) -> np.ndarray:
     ``rows`` masks."""
     if not isinstance(out, np.ndarray):
         out = out.numpy()  # a CPU torch tensor: same memory (torch raises TypeError for other devices)
+    _check_array(out, rows, num_words)
+    return out.view(np.uint32)
+
+
+def _check_array(out: np.ndarray, rows: int, num_words: int) -> None:
+    """ValueError unless ``out`` is a writable int32/uint32 numpy array of at least ``rows`` masks."""
     if out.dtype not in _MASK_DTYPES or out.ndim != 2 or out.shape[1] != num_words or len(out) < rows:
         raise ValueError(_buffer_error(out, rows, num_words))
     if not out.flags.writeable:
         raise ValueError("fill_bitmask's buffer is read-only")
-    return out.view(np.uint32)
 _NO_CLASSES = np.zeros(0, dtype=np.int64)
 _DESCRIPTOR_BYTES = ROW_FIELDS * 8  # a node's row descriptor: ROW_FIELDS int64
 _SLAB_ROWS = 32  # masks per preallocated slab (0.5 MB at a 128k vocabulary)
