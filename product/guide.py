@@ -486,7 +486,9 @@ class Guide:
                 if table is not None and 0 <= state <= _INT64_MAX:
                     with self._lock:
                         nxt = step(table.address, state, token_id, self._slot_of.get(state, -1), -1)
-                if nxt is None or nxt < 0:
+                    if nxt < 0:
+                        nxt = self._answer(state, token_id, nxt)
+                else:
                     nxt = self._step(state, token_id)
                 if len(advanced) >= _ADVANCED_LIMIT:
                     advanced.clear()
@@ -504,15 +506,20 @@ class Guide:
         try:
             with self._lock:
                 nxt = step(self._step_table.address, state, token, self._slot_of.get(state, -1), -1)
-            if nxt == UNCACHED:
-                nxt = step(self._step_table.address, state, token, -1, int(self._allows(*divmod(state, self._M), token)))
         except OverflowError:  # an int beyond int64
             nxt = BAD_STATE
-        if nxt >= 0:
-            return nxt
-        if nxt == BAD_STATE:
+        return nxt if nxt >= 0 else self._answer(state, token, nxt)
+
+    def _answer(self, state: int, token: int, code: int) -> int:
+        """What ``step``'s first call (from the cached mask) left to answer: where the mask was not cached, the step
+        with the token's bit read from the node's rows; then the typed error of any code left."""
+        if code == UNCACHED:
+            code = step(self._step_table.address, state, token, -1, int(self._allows(*divmod(state, self._M), token)))
+            if code >= 0:
+                return code
+        if code == BAD_STATE:
             raise ValueError(f"{state} is not a state of this guide")
-        if nxt == DISALLOWED:
+        if code == DISALLOWED:
             raise DisallowedTokenError(f"token {token} ({self._describe(token)}) is not allowed in state {state} "
                                        f"of {self.name!r}")
         raise CanonmergeError(f"guide {self.name!r} allows token {token} in state {state} but has no move for it: "
