@@ -68,7 +68,7 @@ def _mask_us(guide, seed=0, walks=20):
     out = np.zeros((1, guide.num_words), dtype=np.int32)
     times = []
     for s in states:
-        guide._slot_of.clear()
+        guide._cache.clear()
         started = time.perf_counter()
         guide.fill_bitmask([s], out)
         times.append(time.perf_counter() - started)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from product._mask_cache import find as cache_find
 from product._pointers import int16_at as _i16, int32_at as _i32, int64_at as _i64, uint32_at as _u32
 
 __all__ = ["StepTable", "step", "BAD_STATE", "DISALLOWED", "UNCACHED", "INCONSISTENT"]
@@ -105,13 +106,14 @@ def _forbids(table, merge_class, token):
 
 
 @njit("int64(int64, int64, int64, int64, int64)", cache=True)
-def step(table_address, state, token, slot, allowed):
+def step(table_address, state, token, cache_address, allowed):
     """The state after ``token`` (0 <= token < V, checked by the caller) from ``state``, or a code. ``table_address``:
     a ``StepTable``'s ``address``. (Five ints and the GIL kept: ~0.2 µs less a call than an array argument and a
     GIL released for a step that takes well under a microsecond.)
 
-    Whether the token is allowed: bit ``token`` of the cached mask in ``slot`` (>= 0), else ``allowed`` (0 or 1;
-    -1: not known, answered ``UNCACHED``). EOS leaves the state as it is. Otherwise the regex moves by the
+    Whether the token is allowed: bit ``token`` of the state's cached mask, if the mask cache at ``cache_address``
+    (``product._mask_cache``; 0: do not look) holds it, else ``allowed`` (0 or 1; -1: not known, answered
+    ``UNCACHED``). EOS leaves the state as it is. Otherwise the regex moves by the
     token's edge from the node's state, the canonical context and merge class move as
     ``CanonicalAutomaton.class_after`` says for an allowed token, and the node (q', ctx') is looked up."""
     table = _i64(table_address)
@@ -120,6 +122,7 @@ def step(table_address, state, token, slot, allowed):
     mc = state - node * M
     if state < 0 or node >= table[_NUM_NODES]:
         return BAD_STATE
+    slot = cache_find(_i64(cache_address), state) if cache_address != 0 else -1
     if slot >= 0:
         rows = table[_SLAB_ROWS]
         words = _u32(_i64(table[_SLABS])[slot // rows])

@@ -565,7 +565,7 @@ class CountedGuide(_guide_class()):
         if self._layers is None:
             return
         self._forced = {}
-        self._slot_of.clear()
+        self._cache.clear()
         self._prepare_fixups()
 
     # ---- storage (``product.library``): both guides and the counts as named arrays, no pickle -----------------

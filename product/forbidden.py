@@ -29,9 +29,10 @@ import numpy as np
 from numba import carray, njit, prange
 
 from bpe.automaton import CanonicalAutomaton
+from product._mask_cache import find as cache_find, holds as cache_holds, lookup as cache_lookup, take as cache_take
 from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "copy_slot_row", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
+__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "copy_slot_row", "copy_cached_mask", "batch_copy", "batch_compute", "batch_keep", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
 DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
@@ -207,6 +208,20 @@ def copy_slab_rows(out: np.ndarray, rows: list[int], slab_addresses: np.ndarray,
                     to_slabs)
 
 
+@njit("int64(int64, int64, int64, int64, int64, int64)", cache=True, boundscheck=False)
+def copy_cached_mask(cache_address, slab_addresses, slab_rows, num_words, state, address):
+    """If ``state``'s mask is cached (the cache's record at ``cache_address``, its slabs' address table at
+    ``slab_addresses``): copy it to the ``num_words`` words at ``address``, the state becoming the most recently
+    used, and return its slot; else -1. One compiled call for a cached mask, under the cache's lock, the GIL kept."""
+    slot = cache_lookup(int64_at(cache_address), state)
+    if slot >= 0:
+        cached = uint32_at(int64_at(slab_addresses)[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
+        row = uint32_at(address)
+        for w in range(num_words):
+            row[w] = cached[w]
+    return slot
+
+
 @njit("void(int64, int64[::1], int64, int64, int64, boolean)", cache=True, boundscheck=False)
 def copy_slot_row(address, slab_addresses, slot, slab_rows, num_words, to_slot):
     """Copy the ``num_words`` words at ``address`` (a caller's mask row) into cache slot ``slot`` (``to_slot``), or
@@ -219,6 +234,127 @@ def copy_slot_row(address, slab_addresses, slot, slab_rows, num_words, to_slot):
             cached[w] = row[w]
         else:
             row[w] = cached[w]
+
+
+# A batch of masks across guides whose masks are their nodes' rows (plain guides), in three compiled calls: entry k
+# is state ``states[k]`` of guide ``guide_of[k]``, its mask going to the ``num_words`` words at ``out_addresses[k]``
+# (distinct rows). Guide g is row g of ``guides`` (int64[G, BATCH_FIELDS]): its mask cache's record
+# (``product._mask_cache``), its slabs' address table, its forbidden table, its first row descriptor's address, M and
+# its EOS ids. The caller holds every guide's lock around ``batch_copy`` and ``batch_keep``, not ``batch_compute``,
+# so other threads use the guides while masks are computed (as ``Guide.fill_bitmask`` does for one guide).
+#   batch_copy (serial, then parallel): an entry repeating an earlier entry's (guide, state) is a repeat of it; an
+#     entry whose state is cached (then the most recently used) copies its slot's row; the others are computed.
+#   batch_compute (parallel): the masks of the entries to compute, into their rows.
+#   batch_keep (serial, then parallel): each computed state not cached meanwhile takes a slot (the least recently
+#     used state evicted; room reserved by the caller), and its row is copied there unless a later entry of the
+#     batch took the slot (a batch of more new states than the cache holds); repeats copy their first entry's row.
+# The serial parts are ~50 ns an entry; copies and masks, split over numba's threads, are the batch's time.
+(BATCH_CACHE, BATCH_SLABS, BATCH_FORBIDDEN, BATCH_DESCRIPTORS, BATCH_M, BATCH_EOS, BATCH_NUM_EOS,
+ BATCH_FIELDS) = range(8)
+_COPY, _COMPUTE, _REPEAT, _DONE = range(4)  # an entry's kind; _DONE: computed, cached meanwhile by another thread
+
+
+@njit(inline="always")
+def _slot_row(guides, g, slot, num_words, slab_rows):
+    return uint32_at(int64_at(guides[g, BATCH_SLABS])[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
+
+
+@njit(inline="always")
+def _copy_words(to, source, num_words):
+    for w in range(num_words):
+        to[w] = source[w]
+
+
+def _batch_copy(guides, guide_of, states, out_addresses, num_words, slab_rows):
+    n = len(states)
+    kind = np.empty(n, dtype=np.int64)
+    source = np.empty(n, dtype=np.int64)  # _COPY: the slot; _REPEAT: the first entry; then batch_keep's slots
+    buckets = 1  # (guide, state) -> first entry, open addressing over 2n to 4n buckets
+    while buckets < 2 * n:
+        buckets *= 2
+    first_guide = np.full(buckets, -1, dtype=np.int64)
+    first_state = np.empty(buckets, dtype=np.int64)
+    first_entry = np.empty(buckets, dtype=np.int64)
+    for k in range(n):
+        g, state = guide_of[k], states[k]
+        b = ((state * -7046029254386353131 + g) >> 17) & (buckets - 1)
+        while first_guide[b] != -1 and (first_guide[b] != g or first_state[b] != state):
+            b = (b + 1) & (buckets - 1)
+        if first_guide[b] != -1:
+            kind[k], source[k] = _REPEAT, first_entry[b]
+            continue
+        first_guide[b], first_state[b], first_entry[b] = g, state, k
+        source[k] = cache_lookup(int64_at(guides[g, BATCH_CACHE]), state)
+        kind[k] = _COPY if source[k] >= 0 else _COMPUTE
+    for k in prange(n):
+        if kind[k] == _COPY:
+            _copy_words(uint32_at(out_addresses[k]), _slot_row(guides, guide_of[k], source[k], num_words, slab_rows),
+                        num_words)
+    return kind, source
+
+
+def _batch_compute(guides, guide_of, states, out_addresses, num_words, kind):
+    for k in prange(len(states)):
+        if kind[k] == _COMPUTE:
+            g = guide_of[k]
+            node = states[k] // guides[g, BATCH_M]
+            _fill_one(carray(uint32_at(out_addresses[k]), num_words),
+                      carray(int64_at(guides[g, BATCH_FORBIDDEN]), _TABLE_SIZE),
+                      guides[g, BATCH_DESCRIPTORS] + node * 8 * ROW_FIELDS, states[k] - node * guides[g, BATCH_M],
+                      carray(int64_at(guides[g, BATCH_EOS]), guides[g, BATCH_NUM_EOS]))
+
+
+def _batch_keep(guides, guide_of, states, out_addresses, num_words, slab_rows, kind, source):
+    n = len(states)
+    for k in range(n):
+        if kind[k] == _COMPUTE:
+            cache = int64_at(guides[guide_of[k], BATCH_CACHE])
+            if cache_find(cache, states[k]) >= 0:
+                kind[k] = _DONE
+            else:
+                source[k] = cache_take(cache, states[k])
+    for k in prange(n):
+        row = uint32_at(out_addresses[k])
+        if kind[k] == _REPEAT:
+            _copy_words(row, uint32_at(out_addresses[source[k]]), num_words)
+        elif kind[k] == _COMPUTE and cache_holds(int64_at(guides[guide_of[k], BATCH_CACHE]), source[k], states[k]):
+            _copy_words(_slot_row(guides, guide_of[k], source[k], num_words, slab_rows), row, num_words)
+
+
+def _serial_and_parallel(function, signature):
+    return njit(signature, **_KERNEL)(function), njit(signature, parallel=True, **_KERNEL)(function)
+
+
+_BATCH_COPY = _serial_and_parallel(
+    _batch_copy, "Tuple((int64[::1], int64[::1]))(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64)")
+_BATCH_COMPUTE = _serial_and_parallel(
+    _batch_compute, "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64[::1])")
+_BATCH_KEEP = _serial_and_parallel(
+    _batch_keep, "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64, int64[::1], int64[::1])")
+
+
+def _batch_kernel(kernels, threads: int, rows: int):
+    """The serial or the parallel kernel of ``kernels`` for a batch of ``rows`` over up to ``threads`` threads."""
+    if parallel_threads(threads) > 1 and rows >= PARALLEL_MIN_ROWS:
+        numba.set_num_threads(parallel_threads(threads))  # numba's setting is per calling thread
+        return kernels[1]
+    return kernels[0]
+
+
+def batch_copy(guides, guide_of, states, out_addresses, num_words: int, slab_rows: int, threads: int = 1):
+    """The batch's plan (kinds, sources) and its cached rows copied; see the passes above."""
+    return _batch_kernel(_BATCH_COPY, threads, len(states))(guides, guide_of, states, out_addresses, num_words,
+                                                            slab_rows)
+
+
+def batch_compute(guides, guide_of, states, out_addresses, num_words: int, kind, threads: int = 1) -> None:
+    _batch_kernel(_BATCH_COMPUTE, threads, len(states))(guides, guide_of, states, out_addresses, num_words, kind)
+
+
+def batch_keep(guides, guide_of, states, out_addresses, num_words: int, slab_rows: int, kind, source,
+               threads: int = 1) -> None:
+    _batch_kernel(_BATCH_KEEP, threads, len(states))(guides, guide_of, states, out_addresses, num_words, slab_rows,
+                                                     kind, source)
 
 
 # A parallel region costs ~2-20 µs to start on the development VM (ms with a busy CPU) and a mask ~1-15 µs: 24 new

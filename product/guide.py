@@ -43,7 +43,6 @@ import operator
 import sys
 import threading
 import weakref
-from collections import OrderedDict
 from functools import cached_property
 from typing import NamedTuple
 
@@ -53,8 +52,11 @@ from automata import EmptyLanguageError, StateLimitError, from_regex
 from automata.dfa import concat_aranges, find_sorted, group_by, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
-from product.forbidden import (ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED, ForbiddenSets,
-                               copy_slab_rows, copy_slot_row, pack, row_descriptor)
+from product._mask_cache import MaskCache
+from product.forbidden import (BATCH_CACHE, BATCH_DESCRIPTORS, BATCH_EOS, BATCH_FIELDS, BATCH_FORBIDDEN, BATCH_M,
+                               BATCH_NUM_EOS, BATCH_SLABS, ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED,
+                               ForbiddenSets, batch_compute, batch_copy, batch_keep, copy_cached_mask, copy_slab_rows,
+                               copy_slot_row, pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
@@ -215,7 +217,7 @@ class Guide:
 
     def _init_mask_cache(self, cache_size: int) -> None:
         self._cache_size = cache_size
-        self._slot_of: OrderedDict[int, int] = OrderedDict()  # cached state -> its row in the slab, LRU order
+        self._cache = MaskCache(cache_size, _SLAB_ROWS)  # cached state -> its slot (row of a slab), LRU order
         # One guide serves concurrent requests: the cache's slots and rows change under a lock. (Unlocked, 4
         # threads filling masks of one guide with a 3-row cache got 4,196 of 12,000 masks wrong.)
         self._lock = threading.Lock()
@@ -224,7 +226,7 @@ class Guide:
         self._slab_addresses = self._slab_address_table()
         # built here, not on first use: on a guide just compiled, building it in the first advance cost ~35 µs
         self._step_table = self._new_step_table()
-        self._add_slab()
+        self._cover_slabs()
         weakref.finalize(self, _SLAB_POOL.give, self._slabs)  # (the list, not the guide: it must be collectable)
         self._advanced: dict[int, int] = {}  # advance's pairs already taken: state * V + token -> next state
         self._forced: dict[int, tuple[int, ...]] = {}
@@ -320,7 +322,7 @@ class Guide:
         (rebuilt on use)."""
         state = self.__dict__.copy()
         del state["_lock"]
-        for cached in ("_step_table", "_slab_addresses", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views",
+        for cached in ("_step_table", "_slab_addresses", "_batch_row", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views",
                        "_row_descriptors", "_descriptor_base"):
             state.pop(cached, None)  # memoryviews do not pickle; addresses are this process's
         return state
@@ -354,7 +356,7 @@ class Guide:
         arrays = [self._transitions.offsets, self._transitions.tokens, self._transitions.targets]
         arrays += [a for rows in self._rows for a in rows[1:] if a is not None]
         arrays += [self._pending_row_tokens, self._pending_row_bounds, self._pending_index]
-        arrays += self._slabs
+        arrays += [*self._slabs, self._cache.record]
         return int(sum(a.nbytes for a in arrays))
 
     # ---- queries ------------------------------------------------------------------------------------------
@@ -380,7 +382,7 @@ class Guide:
     def fill_bitmask(self, states, out: np.ndarray, *, threads: int = 1) -> None:
         """Write the masks of a batch of states into the first ``len(states)`` rows of ``out`` (int32 or uint32
         ``[rows, num_words]``, a numpy array or a CPU torch tensor): bit ``t % 32`` of word ``t // 32`` is set iff
-        token t is allowed. ``threads``: compute the batch's new rows over up to that many threads (numba's;
+        token t is allowed. ``threads``: spread the batch over up to that many threads (numba's;
         ``product.fill_next_token_bitmasks`` explains when that pays). A bad buffer or state raises
         ``TypeError``/``ValueError`` before any row is written."""
         if len(states) == 1:  # a decoder's step: one row copied or computed in place, no batch bookkeeping
@@ -389,61 +391,93 @@ class Guide:
                 self._fill_one(states[0], out, address)
                 return
         view = _uint32_rows(out, len(states), self.num_words)
-        for state in states:
-            self._split(state)
-        if not view.flags.c_contiguous:  # the kernels write rows of a C-contiguous batch: fill a compact copy
-            compact = np.empty((len(states), self.num_words), dtype=np.uint32)
-            self.fill_bitmask(states, compact, threads=threads)
+        states = self._checked_states(states)
+        if self._plain_masks:  # the whole batch in one compiled call, rows written where they are
+            rows = np.arange(len(states), dtype=np.int64) * view.strides[0] + view.ctypes.data
+            if view.strides[1] == 4 or self.num_words == 1:
+                _fill_plain_batch([self], np.zeros(len(states), dtype=np.int64), states, rows, threads)
+                return
+        compact = view if view.flags.c_contiguous else np.empty((len(states), self.num_words), dtype=np.uint32)
+        self._fill_batch(states.tolist(), compact, threads)
+        if compact is not view:
             view[: len(states)] = compact
-            return
-        # Only the cache is touched under the lock: cached masks are copied out (one compiled call), the others
-        # computed into the caller's rows outside it (``_fill_rows``: one compiled call that releases the GIL), so
-        # threads filling rows of one guide compute in parallel; the new rows are then copied into the cache. A
-        # state repeated in the batch is computed once. Two threads may compute one state at once: the second to
-        # store it finds it cached and keeps the cached copy.
+
+    @cached_property
+    def _batch_row(self) -> np.ndarray:
+        """This guide's row of ``fill_batch``'s guide table, but for its cache's address (which moves as it grows)."""
+        row = np.zeros(BATCH_FIELDS, dtype=np.int64)
+        row[BATCH_SLABS] = self._slab_addresses.ctypes.data
+        row[BATCH_FORBIDDEN] = self._forbidden.table.ctypes.data
+        row[BATCH_DESCRIPTORS] = self._descriptor_base
+        row[BATCH_M] = self._M
+        row[BATCH_EOS], row[BATCH_NUM_EOS] = self._eos_array.ctypes.data, len(self._eos_array)
+        return row
+
+    @property
+    def _plain_masks(self) -> bool:
+        """Whether a mask is its node's rows and merge class alone (``fill_batch`` computes it), not a counter's."""
+        return type(self)._fill_row is Guide._fill_row
+
+    def _checked_states(self, states) -> np.ndarray:
+        """``states`` as int64, each checked (``_split``'s errors) without a Python call per state."""
+        array = np.asarray(states)
+        if array.dtype.kind not in "iu" or array.ndim != 1:  # floats, bools, objects: each one's own error
+            for state in states:
+                self._split(state)
+            array = np.array([operator.index(state) for state in states], dtype=np.int64)
+        bad = (array < 0) | (array >= self._num_states)
+        if bad.any():
+            self._split(int(array[np.argmax(bad)]))
+        return array.astype(np.int64, copy=False)
+
+    def _fill_batch(self, states: list[int], view: np.ndarray, threads: int) -> None:
+        """``fill_bitmask``'s batch for a guide whose masks a counter or fragments decide (``_fill_rows``), into the
+        C-contiguous ``view``. Only the cache is touched under the lock: cached masks are copied out (one compiled
+        call), the others computed into the caller's rows outside it, so threads filling rows of one guide compute
+        in parallel; the new rows are then copied into the cache. A state repeated in the batch is computed once.
+        Two threads may compute one state at once: the second to store it finds it cached and keeps that copy."""
         first_row: dict[int, int] = {}
         repeats: list[int] = []
         repeated: list[int] = []
         cached_rows: list[int] = []
         cached_slots: list[int] = []
+        new: list[tuple[int, int]] = []
         with self._lock:
             for i, state in enumerate(states):
-                slot = self._slot_of.get(state)
-                if slot is not None:
-                    self._slot_of.move_to_end(state)
-                    cached_rows.append(i)
-                    cached_slots.append(slot)
-                elif state in first_row:
+                if state in first_row:
                     repeats.append(i)
                     repeated.append(first_row[state])
+                    continue
+                first_row[state] = i
+                slot = self._cache.lookup(state)
+                if slot >= 0:
+                    cached_rows.append(i)
+                    cached_slots.append(slot)
                 else:
-                    first_row[state] = i
+                    new.append((state, i))
             if cached_rows:
                 copy_slab_rows(view, cached_rows, self._slab_addresses, cached_slots, _SLAB_ROWS, False)
-        if not first_row:
-            return
-        self._fill_rows(view, list(first_row.values()), list(first_row), threads)
+        if new:
+            self._fill_rows(view, [i for _, i in new], [state for state, _ in new], threads)
         if repeats:
             view[repeats] = view[repeated]
-        self._keep(list(first_row.items()), view)
+        if new:
+            self._keep(new, view)
 
     def _fill_one(self, state: int, out, address: int) -> None:
         """``fill_bitmask`` of one state into the first row of ``out``, at ``address`` (its words adjacent): a
-        cached mask is one copy between addresses, under the lock; a new one is computed outside it, then kept."""
+        cached mask is one compiled call (look up, copy between addresses), under the lock; a new one is computed
+        outside it, then kept."""
         self._split(state)  # a bad state raises before anything is written
-        num_words = self.num_words
         with self._lock:
-            slot = self._slot_of.get(state)
-            if slot is not None:
-                self._slot_of.move_to_end(state)
-                copy_slot_row(address, self._slab_addresses, slot, _SLAB_ROWS, num_words, False)
+            if copy_cached_mask(self._cache.address, self._slab_addresses.ctypes.data, _SLAB_ROWS, self.num_words,
+                                state, address) >= 0:
                 return
         self._fill_at(state, out, address)
         with self._lock:
-            if state not in self._slot_of:  # (another thread may have kept it meanwhile)
-                slot = self._free_slot()
-                self._slot_of[state] = slot
-                copy_slot_row(address, self._slab_addresses, slot, _SLAB_ROWS, num_words, True)
+            if state not in self._cache:  # (another thread may have kept it meanwhile)
+                slot = self._take_slot(state)
+                copy_slot_row(address, self._slab_addresses, slot, _SLAB_ROWS, self.num_words, True)
 
     def _keep(self, computed: list[tuple[int, int]], view: np.ndarray) -> None:
         """Copy the masks just computed (state, row of ``view``) into the cache; a state cached meanwhile by
@@ -452,14 +486,9 @@ class Guide:
         with self._lock:
             row_of_slot: dict[int, int] = {}
             for state, i in computed:
-                if state not in self._slot_of:
-                    slot = self._free_slot()
-                    self._slot_of[state] = slot
-                    row_of_slot[slot] = i
-            if len(row_of_slot) == 1:  # one row: a numpy copy (the kernel's index arrays cost more than it)
-                (slot, i), = row_of_slot.items()
-                self._row_of(slot)[:] = view[i]
-            elif row_of_slot:
+                if state not in self._cache:
+                    row_of_slot[self._take_slot(state)] = i
+            if row_of_slot:
                 copy_slab_rows(view, list(row_of_slot.values()), self._slab_addresses, list(row_of_slot), _SLAB_ROWS,
                                True)
 
@@ -485,7 +514,7 @@ class Guide:
                 table = self._step_table
                 if table is not None and 0 <= state <= _INT64_MAX:
                     with self._lock:
-                        nxt = step(table.address, state, token_id, self._slot_of.get(state, -1), -1)
+                        nxt = step(table.address, state, token_id, self._cache.address, -1)
                     if nxt < 0:
                         nxt = self._answer(state, token_id, nxt)
                 else:
@@ -505,7 +534,7 @@ class Guide:
         rows (``_allows``) instead of computing 16 KB of mask for one bit."""
         try:
             with self._lock:
-                nxt = step(self._step_table.address, state, token, self._slot_of.get(state, -1), -1)
+                nxt = step(self._step_table.address, state, token, self._cache.address, -1)
         except OverflowError:  # an int beyond int64
             nxt = BAD_STATE
         return nxt if nxt >= 0 else self._answer(state, token, nxt)
@@ -514,7 +543,7 @@ class Guide:
         """What ``step``'s first call (from the cached mask) left to answer: where the mask was not cached, the step
         with the token's bit read from the node's rows; then the typed error of any code left."""
         if code == UNCACHED:
-            code = step(self._step_table.address, state, token, -1, int(self._allows(*divmod(state, self._M), token)))
+            code = step(self._step_table.address, state, token, 0, int(self._allows(*divmod(state, self._M), token)))
             if code >= 0:
                 return code
         if code == BAD_STATE:
@@ -604,8 +633,8 @@ class Guide:
         whose mask it just filled, so this is the usual answer, and one read where ``_allows`` may search three
         rows (it was half of ``advance``'s time on the peers bench)."""
         with self._lock:
-            slot = self._slot_of.get(state)
-            if slot is None:
+            slot = self._cache.get(state)
+            if slot < 0:
                 return None
             return (self._slab_views[slot // _SLAB_ROWS][slot % _SLAB_ROWS, token >> 5] >> (token & 31)) & 1 == 1
 
@@ -637,29 +666,21 @@ class Guide:
         caller holds ``_lock`` while it reads the row."""
         words = self._cached_row(state)
         if words is None:
-            slot = self._free_slot()
-            words = self._row_of(slot)
+            words = self._row_of(self._take_slot(state))
             self._fill_row(state, words)
-            self._slot_of[state] = slot
         return words
 
     def _cached_row(self, state: int) -> np.ndarray | None:
         """The cached mask of ``state`` (now the most recently used), or None. The caller holds ``_lock``."""
-        slot = self._slot_of.get(state)
-        if slot is None:
-            return None
-        self._slot_of.move_to_end(state)
-        return self._row_of(slot)
+        slot = self._cache.lookup(state)
+        return self._row_of(slot) if slot >= 0 else None
 
-    def _free_slot(self) -> int:
-        """A slot for a new mask: an unused one, or the least recently used one's (evicted). The caller holds
-        ``_lock`` and fills the slot's row before it maps a state to it."""
-        if len(self._slot_of) < self._cache_size:
-            slot = len(self._slot_of)
-            if slot // _SLAB_ROWS == len(self._slabs):
-                self._add_slab()
-            return slot
-        return self._slot_of.popitem(last=False)[1]
+    def _take_slot(self, state: int) -> int:
+        """A slot for the new mask of ``state``: an unused one, or the least recently used one's (evicted). The
+        caller holds ``_lock`` and fills the slot's row before it lets go."""
+        slot = self._cache.take(state)
+        self._cover_slabs()
+        return slot
 
     def _row_of(self, slot: int) -> np.ndarray:
         return self._slabs[slot // _SLAB_ROWS][slot % _SLAB_ROWS]
@@ -676,21 +697,23 @@ class Guide:
 
     def _slab_address_table(self) -> np.ndarray:
         """Where each slab of the mask cache is, for the compiled kernels: int64[slabs the cache may need], the
-        slabs already made filled in (``_add_slab`` fills in the others)."""
+        slabs already made filled in (``_cover_slabs`` fills in the others)."""
         addresses = np.zeros(-(-self._cache_size // _SLAB_ROWS), dtype=np.int64)
         addresses[: len(self._slabs)] = [slab.ctypes.data for slab in self._slabs]
         return addresses
 
-    def _add_slab(self) -> None:
-        """Masks live in preallocated slabs of rows, so computing one allocates nothing (a fresh 16 KB array per
-        mask cost up to ~1 ms right after a large compile: the allocator reorganising its free lists). A slab is
-        left uninitialised (every mask writes its whole row): zeroing 256 rows cost each Llama-3 compile 0.23-0.4
-        ms, for rows most guides never use."""
-        rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
-        slab = _SLAB_POOL.take(self.num_words) if rows == _SLAB_ROWS else None
-        self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32) if slab is None else slab)
-        self._slab_views.append(memoryview(self._slabs[-1]))
-        self._slab_addresses[len(self._slabs) - 1] = self._slabs[-1].ctypes.data
+    def _cover_slabs(self) -> None:
+        """Slabs for every slot the cache has room for (``MaskCache.capacity``; it grows by doubling). Masks live in
+        preallocated slabs of rows, so computing one allocates nothing (a fresh 16 KB array per mask cost up to ~1 ms
+        right after a large compile: the allocator reorganising its free lists). A slab is left uninitialised (every
+        mask writes its whole row): zeroing 256 rows cost each Llama-3 compile 0.23-0.4 ms, for rows most guides
+        never use."""
+        while _SLAB_ROWS * len(self._slabs) < self._cache.capacity:
+            rows = min(_SLAB_ROWS, self._cache_size - _SLAB_ROWS * len(self._slabs))
+            slab = _SLAB_POOL.take(self.num_words) if rows == _SLAB_ROWS else None
+            self._slabs.append(np.empty((rows, self.num_words), dtype=np.uint32) if slab is None else slab)
+            self._slab_views.append(memoryview(self._slabs[-1]))
+            self._slab_addresses[len(self._slabs) - 1] = self._slabs[-1].ctypes.data
 
     def _store_rows(self, node: int, X: np.ndarray, Y: np.ndarray, Z: np.ndarray) -> None:
         """Keep a node's rows of token ids: X (allowed whatever the merge class), Y (allowed unless in F[mc]),
@@ -1037,6 +1060,49 @@ class _SlabPool:
 
 
 _SLAB_POOL = _SlabPool(64 << 20)
+
+
+def _fill_plain_batch(guides: list[Guide], guide_of: np.ndarray, states: np.ndarray, rows: np.ndarray,
+                      threads: int) -> None:
+    """The masks of ``states[k]`` (checked) of plain guides ``guides[guide_of[k]]`` (distinct guides) into the rows at
+    addresses ``rows[k]`` (distinct, alive): cached rows copied and the batch's new states kept under the guides'
+    locks, the masks computed outside them (``product.forbidden``'s batch kernels). The locks are taken in one order
+    (by id), so two batches sharing guides cannot deadlock."""
+    num_words = guides[0].num_words
+    fields = np.array([guide._batch_row for guide in guides]) if len(guides) > 1 else guides[0]._batch_row[None]
+    locks = [guide._lock for guide in sorted(guides, key=id)] if len(guides) > 1 else [guides[0]._lock]
+    _acquire(locks)
+    try:
+        for g, guide in enumerate(guides):
+            fields[g, BATCH_CACHE] = guide._cache.address
+        kind, source = batch_copy(fields, guide_of, states, rows, num_words, _SLAB_ROWS, threads)
+    finally:
+        _release(locks)
+    batch_compute(fields, guide_of, states, rows, num_words, kind, threads)
+    counts = np.bincount(guide_of, minlength=len(guides)).tolist() if len(guides) > 1 else [len(states)]
+    _acquire(locks)
+    try:
+        for g, guide in enumerate(guides):  # room for the new states (the cache's record may move)
+            guide._cache.reserve(counts[g])
+            guide._cover_slabs()
+            fields[g, BATCH_CACHE] = guide._cache.address
+        batch_keep(fields, guide_of, states, rows, num_words, _SLAB_ROWS, kind, source, threads)
+    finally:
+        _release(locks)
+
+
+def _acquire(locks: list[threading.Lock]) -> None:
+    for i, lock in enumerate(locks):
+        try:
+            lock.acquire()
+        except BaseException:  # (a KeyboardInterrupt): let go of those taken
+            _release(locks[:i])
+            raise
+
+
+def _release(locks: list[threading.Lock]) -> None:
+    for lock in locks:
+        lock.release()
 
 
 def _buffer_error(out, rows: int, num_words: int) -> str:

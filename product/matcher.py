@@ -3,10 +3,10 @@ rejected speculative tokens, fill a row of a shared bitmask, jump forward over f
 
 A ``Matcher`` is a guide state (an int, ``Guide``'s) plus a bounded history of earlier states, so it is cheap to
 create, fork and roll back; many matchers share one compiled ``Guide`` (the guide's mask cache is shared and
-locked). ``fill_next_token_bitmasks`` fills the rows of a batch: per guide, one compiled call copies the cached
-masks and one computes the others, over numba's threads if asked, without the GIL and outside the guide's cache
-lock (which guards only the cache), so several Python threads may fill batches too (docs/serving.md has the
-measurements).
+locked). ``fill_next_token_bitmasks`` fills the rows of a batch: for all its regex guides at once, one compiled
+call copies the cached masks, one computes the others (outside the guides' cache locks, which guard only the
+caches) and one keeps them, over numba's threads if asked and without the GIL, so several Python threads may fill
+batches too (docs/serving.md has the measurements).
 
 Errors are raised before anything changes: ``RollbackError`` (more tokens than the history holds),
 ``InvalidTokenError`` (an id outside the vocabulary), ``bpe.DisallowedTokenError`` (a token the mask does not
@@ -28,7 +28,7 @@ import numpy as np
 
 from automata.errors import CanonmergeError
 from bpe.automaton import DisallowedTokenError
-from product.guide import Guide
+from product.guide import Guide, _fill_plain_batch
 
 __all__ = ["Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks"]
 
@@ -77,6 +77,12 @@ def _host_words(bitmask, num_words: int) -> np.ndarray:
     _last_checked = (weakref.ref(bitmask), (bitmask.data_ptr(), bitmask.shape, bitmask.stride(), bitmask.dtype),
                      words)
     return words
+
+
+def _address(bitmask, words: np.ndarray) -> int:
+    """Where ``words`` (``_host_words(bitmask)``) starts: a tensor's ``data_ptr()`` (~0.3 µs) where it is one (numpy's
+    ``ctypes.data`` costs ~1-3 µs)."""
+    return words.ctypes.data if isinstance(bitmask, np.ndarray) else bitmask.data_ptr()
 
 
 def _checked_words(bitmask: np.ndarray, num_words: int) -> np.ndarray:
@@ -247,10 +253,12 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
     whole batch, over up to ``threads`` threads. Equal to calling ``matchers[i].fill_next_token_bitmask(bitmask,
     indices[i])`` for each i; everything is checked before any row is written.
 
-    Matchers are grouped by guide; each guide copies its cached masks and computes the others in one compiled
-    call each (``Guide.fill_bitmask``), split over numba's threads when ``threads > 1`` (OpenMP or TBB; with
-    neither, one thread: ``product.forbidden.parallel_threads``). The GIL is released for the copies and the
-    computation, so other Python threads (the model's forward pass) run meanwhile.
+    The rows of matchers on regex guides (whatever the guide) are filled together, by three compiled calls:
+    cached masks copied, new ones computed, new ones kept in their guides' caches
+    (``product.forbidden``'s batch kernels); those of counted and schema guides by each guide's ``fill_bitmask``.
+    The copies and computations are split over numba's threads when ``threads > 1`` (OpenMP or TBB; with neither,
+    one thread: ``product.forbidden.parallel_threads``) and release the GIL, so other Python threads (the model's
+    forward pass) run meanwhile.
     """
     if not matchers:
         return
@@ -259,7 +267,7 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
     if indices is None:
         if len(matchers) > len(words):
             raise ValueError(f"{len(matchers)} matchers do not fit a bitmask of {len(words)} rows")
-        rows = list(range(len(matchers)))
+        rows = range(len(matchers))
     else:
         rows = [_row_index(i, len(words)) for i in indices]
         if len(rows) != len(matchers):
@@ -269,22 +277,45 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
     threads = operator.index(threads)
     if threads < 1:
         raise ValueError(f"threads must be at least 1, not {threads}")
-    groups: dict[int, tuple[Guide, list[int], list[int]]] = {}
-    terminated: list[tuple[Matcher, int]] = []
-    for m, row in zip(matchers, rows):
-        if not isinstance(m, Matcher):
-            raise TypeError(f"fill_next_token_bitmasks takes Matchers, not {type(m).__name__}")
-        if m.guide.num_words != num_words:
-            raise ValueError(f"matchers of vocabularies of {num_words} and {m.guide.num_words} words in one batch")
-        if m._terminated:
-            terminated.append((m, row))  # EOS only: no guide involved
+    for kind in set(map(type, matchers)):
+        if not issubclass(kind, Matcher):
+            raise TypeError(f"fill_next_token_bitmasks takes Matchers, not {kind.__name__}")
+    guides = [m.guide for m in matchers]
+    distinct = list(dict.fromkeys(guides))  # (guides hash by identity)
+    for guide in distinct:
+        if guide.num_words != num_words:
+            raise ValueError(f"matchers of vocabularies of {num_words} and {guide.num_words} words in one batch")
+    # everything is checked: rows may be written from here on
+    if all(guide._plain_masks for guide in distinct) and True not in [m._terminated for m in matchers]:
+        # the usual batch, built with a few C-level passes (a Python loop over the matchers cost more than the
+        # masks it filled: bench/gpu_masks.py)
+        if len(distinct) == 1:
+            guide_of = np.zeros(len(matchers), dtype=np.int64)
         else:
-            guide, states, out_rows = groups.setdefault(id(m.guide), (m.guide, [], []))
+            number = {guide: g for g, guide in enumerate(distinct)}
+            guide_of = np.array(list(map(number.__getitem__, guides)), dtype=np.int64)
+        states = np.array([m._state for m in matchers], dtype=np.int64)
+        row_numbers = np.arange(len(matchers), dtype=np.int64) if indices is None else np.array(rows, np.int64)
+        _fill_plain_batch(distinct, guide_of, states, row_numbers * words.strides[0] + _address(bitmask, words),
+                          threads)
+        return
+    plain = [guide for guide in distinct if guide._plain_masks]
+    number = {guide: g for g, guide in enumerate(plain)}
+    batch = [(number[g], m._state, row) for m, g, row in zip(matchers, guides, rows)
+             if not m._terminated and g in number]
+    if batch:  # the regex guides' rows together, as above
+        guide_of, states, batch_rows = np.array(batch, dtype=np.int64).T
+        addresses = batch_rows * words.strides[0] + _address(bitmask, words)
+        _fill_plain_batch(plain, np.ascontiguousarray(guide_of), np.ascontiguousarray(states), addresses, threads)
+    others: dict[int, tuple[Guide, list[int], list[int]]] = {}
+    for m, guide, row in zip(matchers, guides, rows):
+        if m._terminated:
+            m._fill(words, row)  # EOS only: no guide involved
+        elif guide not in number:
+            _, states, out_rows = others.setdefault(id(guide), (guide, [], []))
             states.append(m._state)
             out_rows.append(row)
-    for m, row in terminated:  # everything is checked: rows may be written from here on
-        m._fill(words, row)
-    for guide, states, out_rows in groups.values():
+    for guide, states, out_rows in others.values():
         lo = out_rows[0]
         if out_rows == list(range(lo, lo + len(out_rows))):  # consecutive rows: straight into the bitmask
             guide.fill_bitmask(states, words[lo: lo + len(states)], threads=threads)

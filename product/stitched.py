@@ -837,7 +837,8 @@ class StitchedGuide(Guide):
     @property
     def memory_bytes(self) -> int:
         fragments = {id(g): g for g in self._guides}.values()
-        return int(sum(g.memory_bytes for g in fragments) + sum(a.nbytes for a in self._slabs))
+        own = [*self._slabs, self._cache.record]
+        return int(sum(g.memory_bytes for g in fragments) + sum(a.nbytes for a in own))
 
     # ---- states ----
     def _locate(self, state: int) -> tuple[int, int]:

@@ -232,7 +232,7 @@ def test_advance_takes_exactly_the_tokens_of_the_mask():
         for cached in (False, True):
             guide._advanced.clear()  # the table of pairs advanced before would answer without checking
             with guide._lock:
-                guide._slot_of.clear()
+                guide._cache.clear()
             if cached:
                 guide.fill_bitmask([state], np.zeros((1, guide.num_words), dtype=np.int32))
             taken = np.zeros(guide.vocab_size, dtype=bool)
@@ -242,7 +242,7 @@ def test_advance_takes_exactly_the_tokens_of_the_mask():
                     taken[token] = True
                 except DisallowedTokenError:
                     pass
-            assert (state in guide._slot_of) == cached  # advance reads the cache, never fills it
+            assert (state in guide._cache) == cached  # advance reads the cache, never fills it
             assert np.array_equal(taken, guide.allowed(state)), (state, cached)
 
 
@@ -291,7 +291,7 @@ def test_remembered_advance_equals_the_checked_move_on_random_walks(name, patter
             for state, token, refused in steps:
                 nxt = guide.advance(state, token)
                 with twin._lock:
-                    twin._slot_of.clear()
+                    twin._cache.clear()
                 assert nxt == twin._step(state, token) == guide.advance(np.int64(state), np.int32(token))
                 if plain:
                     assert nxt == _reference_advance(guide, state, token)
@@ -342,8 +342,8 @@ def test_a_small_mask_cache_evicts_and_recomputes_the_same_masks():
             small.fill_bitmask(visited, out, threads=threads)  # a batch far larger than the cache
             assert np.array_equal(out, expected)
             # the cache keeps the last states it was given, each with its own mask
-            assert len(small._slot_of) == 2 and len(set(small._slot_of.values())) == 2
-            for state, slot in small._slot_of.items():
+            assert len(small._cache) == 2 and len(set(small._cache.slots().values())) == 2
+            for state, slot in small._cache.slots().items():
                 assert np.array_equal(small._row_of(slot), expected[visited.index(state)].view(np.uint32))
         wide = np.zeros((len(visited), 2 * small.num_words), dtype=np.int32)  # rows that are not contiguous
         small.fill_bitmask(visited, wide[:, ::2], threads=threads)
@@ -422,10 +422,12 @@ def test_one_guide_serves_many_threads():
 
 
 @pytest.mark.parametrize("batch", [1, 3])
-def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch):
+def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch, monkeypatch):
     """``fill_bitmask`` computes masks that are not cached outside the guide's lock — one state (``_fill_at``) or a
-    batch (``_fill_rows``) — so while one thread computes, another fills a cached mask and advances (with the lock
-    held for the whole computation, it would wait)."""
+    batch (``product.forbidden.batch_compute``) — so while one thread computes, another fills a cached mask and
+    advances (with the lock held for the whole computation, it would wait)."""
+    import product.guide
+
     automaton = automaton_of("gpt2")
     guide = compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton)
     steps = _random_steps(guide, 1, seed=1)
@@ -433,18 +435,18 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch):
     others = [state for state, _ in steps[1:1 + batch]]
     assert len(set(others)) == batch and first not in others
     with guide._lock:
-        guide._slot_of.clear()
+        guide._cache.clear()
     guide.fill_bitmask([first], np.zeros((1, guide.num_words), dtype=np.uint32))  # cached: first only
     computing, release = threading.Event(), threading.Event()
-    name = "_fill_at" if batch == 1 else "_fill_rows"
-    compute = getattr(guide, name)
+    owner, name = (guide, "_fill_at") if batch == 1 else (product.guide, "batch_compute")
+    compute = getattr(owner, name)
 
     def slow_compute(*args):
         computing.set()
         assert release.wait(10)
         compute(*args)
 
-    setattr(guide, name, slow_compute)
+    monkeypatch.setattr(owner, name, slow_compute)
     out = np.zeros((1 + batch, guide.num_words), dtype=np.uint32)
     with ThreadPoolExecutor(1) as pool:
         pending = pool.submit(guide.fill_bitmask, others, out[1:])
@@ -457,10 +459,10 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch):
         finally:
             release.set()
         pending.result()
-    delattr(guide, name)
+    monkeypatch.undo()
     expected = np.zeros_like(out)
     compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton).fill_bitmask([first, *others], expected)
-    assert np.array_equal(out, expected) and all(state in guide._slot_of for state in others)
+    assert np.array_equal(out, expected) and all(state in guide._cache for state in others)
 
 
 @pytest.mark.parametrize("pattern", [r"[a-z]{1,12}( [a-z]{1,12}){2,6}\.", r'"[^"\\\x00-\x1f]*"', r"(red|green|ü)",

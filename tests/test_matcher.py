@@ -209,6 +209,44 @@ def test_batch_fill_equals_per_row_fills(guide, other_guide):
         assert torch.equal(out, expected)
 
 
+def test_large_batches_over_small_caches_equal_per_row_masks():
+    """A batch of at least ``PARALLEL_MIN_ROWS`` rows takes the parallel kernels; guides whose caches hold 1-3 masks
+    see more new states in one batch than they can keep (slots taken twice in a batch). Every row is still its
+    state's mask, filled or copied, and every cached slot holds its own state's mask."""
+    from product.forbidden import PARALLEL_MIN_ROWS
+
+    automaton = automaton_of("gpt2")
+    guides = [compile_regex(PATTERN, automaton, cache_size=1), compile_regex(OTHER, automaton, cache_size=3),
+              compile_regex(PATTERN, automaton)]
+    reference = {id(g): compile_regex(p, automaton) for g, p in zip(guides, (PATTERN, OTHER, PATTERN))}
+    rng = np.random.default_rng(5)
+    matchers = []
+    while len(matchers) < PARALLEL_MIN_ROWS + 20:
+        g = guides[len(matchers) % 3]
+        m = Matcher(g)
+        for _ in range(int(rng.integers(0, 10))):
+            tokens = [t for t in _allowed(g, m.state) if t not in g.eos_token_ids]
+            if not tokens:
+                break
+            m.accept_token(int(rng.choice(tokens)))
+        matchers.append(m)
+    n = len(matchers)
+    expected = np.zeros((n, 32 * guides[0].num_words), dtype=bool)
+    for i, m in enumerate(matchers):
+        expected[i, : guides[0].vocab_size] = reference[id(m.guide)].allowed(m.state)
+    expected = np.packbits(expected, axis=1, bitorder="little").view(np.int32)
+    for threads in (1, 2, 2):  # (the second two-thread fill finds some masks cached)
+        out = allocate_token_bitmask(n, guides[0].vocab_size)
+        order = rng.permutation(n)
+        fill_next_token_bitmasks([matchers[i] for i in order], out, indices=[int(i) for i in order],
+                                 threads=threads)
+        assert np.array_equal(out.numpy(), expected)
+        for g in guides:
+            assert len(g._cache) <= g._cache.limit
+            for state, slot in g._cache.slots().items():
+                assert np.array_equal(g._row_of(slot), reference[id(g)]._mask(state))
+
+
 def test_bad_input_raises_typed_errors_before_anything_changes(guide):
     m = Matcher(guide, max_rollback=2)
     first = guide.forced_tokens(m.state)[:3]
