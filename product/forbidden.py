@@ -32,7 +32,9 @@ from bpe.automaton import CanonicalAutomaton
 from product._mask_cache import find as cache_find, holds as cache_holds, lookup as cache_lookup, take as cache_take
 from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack", "copy_slab_rows", "copy_slot_row", "copy_cached_mask", "batch_copy", "batch_compute", "batch_keep", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
+__all__ = ["ForbiddenSets", "pack", "copy_slot_row", "copy_cached_mask", "batch_copy", "batch_compute", "batch_keep",
+           "COMPUTE", "BATCH_FIELDS", "BATCH_CACHE", "BATCH_SLABS", "BATCH_FORBIDDEN",
+           "BATCH_DESCRIPTORS", "BATCH_M", "BATCH_EOS", "BATCH_NUM_EOS", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
 DENSE_MIN = 8192  # classes forbidding this many tokens or more are packed once (see the module docstring)
@@ -169,45 +171,6 @@ def _fill_mask_at(address, table, descriptor, merge_class, eos):
     _fill_one(carray(uint32_at(address), table[_NUM_WORDS]), table, descriptor, merge_class, eos)
 
 
-# Many rows: row ``rows[k]`` of ``out`` gets the mask of (descriptors[k], merge_classes[k]). Serial, and parallel
-# over numba's threads (``parallel_threads``) for a batch split across CPUs.
-@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", **_KERNEL)
-def _fill_masks(out, rows, table, descriptors, merge_classes, eos):
-    for k in range(len(rows)):
-        _fill_one(out[rows[k]], table, descriptors[k], merge_classes[k], eos)
-
-
-@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64[::1], int64[::1])", parallel=True, **_KERNEL)
-def _fill_masks_parallel(out, rows, table, descriptors, merge_classes, eos):
-    for k in prange(len(rows)):
-        _fill_one(out[rows[k]], table, descriptors[k], merge_classes[k], eos)
-
-
-# Rows between a batch and a guide's mask cache, whose rows live in slabs (slab ``slot // slab_rows`` at address
-# ``slab_addresses[...]``, row ``slot % slab_rows``): ``to_slabs`` copies row ``rows[k]`` of ``out`` into cache slot
-# ``slots[k]``, else the other way.
-@njit("void(uint32[:, ::1], int64[::1], int64[::1], int64[::1], int64, boolean)", **_KERNEL)
-def _copy_slab_rows(out, rows, slab_addresses, slots, slab_rows, to_slabs):
-    num_words = out.shape[1]
-    for k in range(len(rows)):
-        cached = uint32_at(slab_addresses[slots[k] // slab_rows] + 4 * num_words * (slots[k] % slab_rows))
-        row = out[rows[k]]
-        for w in range(num_words):
-            if to_slabs:
-                cached[w] = row[w]
-            else:
-                row[w] = cached[w]
-
-
-def copy_slab_rows(out: np.ndarray, rows: list[int], slab_addresses: np.ndarray, slots: list[int], slab_rows: int,
-                   to_slabs: bool) -> None:
-    """Copy rows ``rows`` of ``out`` (uint32, C-contiguous) into cache slots ``slots`` (``to_slabs``) or back, in
-    one compiled call without the GIL. The caller holds the cache's lock. (On one thread: a copy is memory-bound,
-    and split over two it was 0.5x as fast, the parallel region's start costing more than the copy.)"""
-    _copy_slab_rows(out, np.array(rows, dtype=np.int64), slab_addresses, np.array(slots, dtype=np.int64), slab_rows,
-                    to_slabs)
-
-
 @njit("int64(int64, int64, int64, int64, int64, int64)", cache=True, boundscheck=False)
 def copy_cached_mask(cache_address, slab_addresses, slab_rows, num_words, state, address):
     """If ``state``'s mask is cached (the cache's record at ``cache_address``, its slabs' address table at
@@ -236,22 +199,25 @@ def copy_slot_row(address, slab_addresses, slot, slab_rows, num_words, to_slot):
             row[w] = cached[w]
 
 
-# A batch of masks across guides whose masks are their nodes' rows (plain guides), in three compiled calls: entry k
-# is state ``states[k]`` of guide ``guide_of[k]``, its mask going to the ``num_words`` words at ``out_addresses[k]``
-# (distinct rows). Guide g is row g of ``guides`` (int64[G, BATCH_FIELDS]): its mask cache's record
-# (``product._mask_cache``), its slabs' address table, its forbidden table, its first row descriptor's address, M and
-# its EOS ids. The caller holds every guide's lock around ``batch_copy`` and ``batch_keep``, not ``batch_compute``,
-# so other threads use the guides while masks are computed (as ``Guide.fill_bitmask`` does for one guide).
-#   batch_copy (serial, then parallel): an entry repeating an earlier entry's (guide, state) is a repeat of it; an
+# A batch of masks across guides, in three compiled calls. Entry k is state ``states[k]`` of the guide whose mask
+# cache keeps it, ``owner_of[k]``; its mask is node rows' (merge class and all) of state ``inner[k]`` of guide
+# ``maker_of[k]`` (the owner itself for a regex guide, a fragment's guide for a schema's; -1: the caller computes it,
+# e.g. a counter's mask), and goes to the ``num_words`` words at ``out_addresses[k]`` (distinct rows). Row g of
+# ``guides`` (int64[G, BATCH_FIELDS]) holds what an owner needs (its mask cache's record, ``product._mask_cache``,
+# and its slabs' address table) and what a maker needs (its forbidden table, its first row descriptor's address,
+# M and its EOS ids). The caller holds every owner's lock around ``batch_copy`` and ``batch_keep``, not
+# ``batch_compute``, so other threads use the guides while masks are computed (as ``Guide.fill_bitmask`` does for
+# one state).
+#   batch_copy (serial, then parallel): an entry repeating an earlier entry's (owner, state) is a repeat of it; an
 #     entry whose state is cached (then the most recently used) copies its slot's row; the others are computed.
-#   batch_compute (parallel): the masks of the entries to compute, into their rows.
+#   batch_compute (parallel): the masks of the entries to compute that have a maker, into their rows.
 #   batch_keep (serial, then parallel): each computed state not cached meanwhile takes a slot (the least recently
 #     used state evicted; room reserved by the caller), and its row is copied there unless a later entry of the
 #     batch took the slot (a batch of more new states than the cache holds); repeats copy their first entry's row.
 # The serial parts are ~50 ns an entry; copies and masks, split over numba's threads, are the batch's time.
 (BATCH_CACHE, BATCH_SLABS, BATCH_FORBIDDEN, BATCH_DESCRIPTORS, BATCH_M, BATCH_EOS, BATCH_NUM_EOS,
  BATCH_FIELDS) = range(8)
-_COPY, _COMPUTE, _REPEAT, _DONE = range(4)  # an entry's kind; _DONE: computed, cached meanwhile by another thread
+_COPY, COMPUTE, _REPEAT, _DONE = range(4)  # an entry's kind; _DONE: computed, cached meanwhile by another thread
 
 
 @njit(inline="always")
@@ -265,72 +231,123 @@ def _copy_words(to, source, num_words):
         to[w] = source[w]
 
 
-def _batch_copy(guides, guide_of, states, out_addresses, num_words, slab_rows):
+@njit(**_KERNEL)
+def _plan(guides, owner_of, states):
+    """batch_copy's serial part: each entry's kind and source (_COPY: its slot; _REPEAT: the first entry)."""
     n = len(states)
     kind = np.empty(n, dtype=np.int64)
-    source = np.empty(n, dtype=np.int64)  # _COPY: the slot; _REPEAT: the first entry; then batch_keep's slots
-    buckets = 1  # (guide, state) -> first entry, open addressing over 2n to 4n buckets
+    source = np.empty(n, dtype=np.int64)
+    buckets = 1  # (owner, state) -> first entry, open addressing over 2n to 4n buckets
     while buckets < 2 * n:
         buckets *= 2
-    first_guide = np.full(buckets, -1, dtype=np.int64)
+    first_owner = np.full(buckets, -1, dtype=np.int64)
     first_state = np.empty(buckets, dtype=np.int64)
     first_entry = np.empty(buckets, dtype=np.int64)
     for k in range(n):
-        g, state = guide_of[k], states[k]
+        g, state = owner_of[k], states[k]
         b = ((state * -7046029254386353131 + g) >> 17) & (buckets - 1)
-        while first_guide[b] != -1 and (first_guide[b] != g or first_state[b] != state):
+        while first_owner[b] != -1 and (first_owner[b] != g or first_state[b] != state):
             b = (b + 1) & (buckets - 1)
-        if first_guide[b] != -1:
+        if first_owner[b] != -1:
             kind[k], source[k] = _REPEAT, first_entry[b]
             continue
-        first_guide[b], first_state[b], first_entry[b] = g, state, k
+        first_owner[b], first_state[b], first_entry[b] = g, state, k
         source[k] = cache_lookup(int64_at(guides[g, BATCH_CACHE]), state)
-        kind[k] = _COPY if source[k] >= 0 else _COMPUTE
-    for k in prange(n):
-        if kind[k] == _COPY:
-            _copy_words(uint32_at(out_addresses[k]), _slot_row(guides, guide_of[k], source[k], num_words, slab_rows),
-                        num_words)
+        kind[k] = _COPY if source[k] >= 0 else COMPUTE
     return kind, source
 
 
-def _batch_compute(guides, guide_of, states, out_addresses, num_words, kind):
-    for k in prange(len(states)):
-        if kind[k] == _COMPUTE:
-            g = guide_of[k]
-            node = states[k] // guides[g, BATCH_M]
-            _fill_one(carray(uint32_at(out_addresses[k]), num_words),
-                      carray(int64_at(guides[g, BATCH_FORBIDDEN]), _TABLE_SIZE),
-                      guides[g, BATCH_DESCRIPTORS] + node * 8 * ROW_FIELDS, states[k] - node * guides[g, BATCH_M],
-                      carray(int64_at(guides[g, BATCH_EOS]), guides[g, BATCH_NUM_EOS]))
+@njit(inline="always")
+def _copy_entry(guides, owner_of, out_addresses, num_words, slab_rows, kind, source, k):
+    if kind[k] == _COPY:
+        _copy_words(uint32_at(out_addresses[k]), _slot_row(guides, owner_of[k], source[k], num_words, slab_rows),
+                    num_words)
 
 
-def _batch_keep(guides, guide_of, states, out_addresses, num_words, slab_rows, kind, source):
-    n = len(states)
-    for k in range(n):
-        if kind[k] == _COMPUTE:
-            cache = int64_at(guides[guide_of[k], BATCH_CACHE])
+@njit(inline="always")
+def _compute_entry(guides, maker_of, inner, out_addresses, num_words, kind, k):
+    g = maker_of[k]
+    if kind[k] == COMPUTE and g >= 0:
+        node = inner[k] // guides[g, BATCH_M]
+        _fill_one(carray(uint32_at(out_addresses[k]), num_words),
+                  carray(int64_at(guides[g, BATCH_FORBIDDEN]), _TABLE_SIZE),
+                  guides[g, BATCH_DESCRIPTORS] + node * 8 * ROW_FIELDS, inner[k] - node * guides[g, BATCH_M],
+                  carray(int64_at(guides[g, BATCH_EOS]), guides[g, BATCH_NUM_EOS]))
+
+
+@njit(**_KERNEL)
+def _take_slots(guides, owner_of, states, kind, source):
+    """batch_keep's serial part: a slot for each computed state not cached meanwhile (else _DONE)."""
+    for k in range(len(states)):
+        if kind[k] == COMPUTE:
+            cache = int64_at(guides[owner_of[k], BATCH_CACHE])
             if cache_find(cache, states[k]) >= 0:
                 kind[k] = _DONE
             else:
                 source[k] = cache_take(cache, states[k])
-    for k in prange(n):
-        row = uint32_at(out_addresses[k])
-        if kind[k] == _REPEAT:
-            _copy_words(row, uint32_at(out_addresses[source[k]]), num_words)
-        elif kind[k] == _COMPUTE and cache_holds(int64_at(guides[guide_of[k], BATCH_CACHE]), source[k], states[k]):
-            _copy_words(_slot_row(guides, guide_of[k], source[k], num_words, slab_rows), row, num_words)
 
 
-def _serial_and_parallel(function, signature):
-    return njit(signature, **_KERNEL)(function), njit(signature, parallel=True, **_KERNEL)(function)
+@njit(inline="always")
+def _keep_entry(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source, k):
+    row = uint32_at(out_addresses[k])
+    if kind[k] == _REPEAT:
+        _copy_words(row, uint32_at(out_addresses[source[k]]), num_words)
+    elif kind[k] == COMPUTE and cache_holds(int64_at(guides[owner_of[k], BATCH_CACHE]), source[k], states[k]):
+        _copy_words(_slot_row(guides, owner_of[k], source[k], num_words, slab_rows), row, num_words)
 
 
-_BATCH_COPY = _serial_and_parallel(
-    _batch_copy, "Tuple((int64[::1], int64[::1]))(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64)")
-_BATCH_COMPUTE = _serial_and_parallel(
-    _batch_compute, "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64[::1])")
-_BATCH_KEEP = _serial_and_parallel(
-    _batch_keep, "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64, int64[::1], int64[::1])")
+# Each pass serial and parallel (range / prange: one Python function compiled twice would share numba's on-disk
+# cache entry, and the parallel one would be the serial one).
+_COPY_SIGNATURE = "Tuple((int64[::1], int64[::1]))(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64)"
+_COMPUTE_SIGNATURE = "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64[::1])"
+_KEEP_SIGNATURE = "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64, int64[::1], int64[::1])"
+
+
+@njit(_COPY_SIGNATURE, **_KERNEL)
+def _batch_copy(guides, owner_of, states, out_addresses, num_words, slab_rows):
+    kind, source = _plan(guides, owner_of, states)
+    for k in range(len(states)):
+        _copy_entry(guides, owner_of, out_addresses, num_words, slab_rows, kind, source, k)
+    return kind, source
+
+
+@njit(_COPY_SIGNATURE, parallel=True, **_KERNEL)
+def _batch_copy_parallel(guides, owner_of, states, out_addresses, num_words, slab_rows):
+    kind, source = _plan(guides, owner_of, states)
+    for k in prange(len(states)):
+        _copy_entry(guides, owner_of, out_addresses, num_words, slab_rows, kind, source, k)
+    return kind, source
+
+
+@njit(_COMPUTE_SIGNATURE, **_KERNEL)
+def _batch_compute(guides, maker_of, inner, out_addresses, num_words, kind):
+    for k in range(len(inner)):
+        _compute_entry(guides, maker_of, inner, out_addresses, num_words, kind, k)
+
+
+@njit(_COMPUTE_SIGNATURE, parallel=True, **_KERNEL)
+def _batch_compute_parallel(guides, maker_of, inner, out_addresses, num_words, kind):
+    for k in prange(len(inner)):
+        _compute_entry(guides, maker_of, inner, out_addresses, num_words, kind, k)
+
+
+@njit(_KEEP_SIGNATURE, **_KERNEL)
+def _batch_keep(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
+    _take_slots(guides, owner_of, states, kind, source)
+    for k in range(len(states)):
+        _keep_entry(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source, k)
+
+
+@njit(_KEEP_SIGNATURE, parallel=True, **_KERNEL)
+def _batch_keep_parallel(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
+    _take_slots(guides, owner_of, states, kind, source)
+    for k in prange(len(states)):
+        _keep_entry(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source, k)
+
+
+_BATCH_COPY = (_batch_copy, _batch_copy_parallel)
+_BATCH_COMPUTE = (_batch_compute, _batch_compute_parallel)
+_BATCH_KEEP = (_batch_keep, _batch_keep_parallel)
 
 
 def _batch_kernel(kernels, threads: int, rows: int):
@@ -341,19 +358,20 @@ def _batch_kernel(kernels, threads: int, rows: int):
     return kernels[0]
 
 
-def batch_copy(guides, guide_of, states, out_addresses, num_words: int, slab_rows: int, threads: int = 1):
-    """The batch's plan (kinds, sources) and its cached rows copied; see the passes above."""
-    return _batch_kernel(_BATCH_COPY, threads, len(states))(guides, guide_of, states, out_addresses, num_words,
+def batch_copy(guides, owner_of, states, out_addresses, num_words: int, slab_rows: int, threads: int = 1):
+    """The batch's plan — each entry's kind (``COMPUTE`` for a mask to compute) and source — and its cached rows
+    copied; see the passes above."""
+    return _batch_kernel(_BATCH_COPY, threads, len(states))(guides, owner_of, states, out_addresses, num_words,
                                                             slab_rows)
 
 
-def batch_compute(guides, guide_of, states, out_addresses, num_words: int, kind, threads: int = 1) -> None:
-    _batch_kernel(_BATCH_COMPUTE, threads, len(states))(guides, guide_of, states, out_addresses, num_words, kind)
+def batch_compute(guides, maker_of, inner, out_addresses, num_words: int, kind, threads: int = 1) -> None:
+    _batch_kernel(_BATCH_COMPUTE, threads, len(inner))(guides, maker_of, inner, out_addresses, num_words, kind)
 
 
-def batch_keep(guides, guide_of, states, out_addresses, num_words: int, slab_rows: int, kind, source,
+def batch_keep(guides, owner_of, states, out_addresses, num_words: int, slab_rows: int, kind, source,
                threads: int = 1) -> None:
-    _batch_kernel(_BATCH_KEEP, threads, len(states))(guides, guide_of, states, out_addresses, num_words, slab_rows,
+    _batch_kernel(_BATCH_KEEP, threads, len(states))(guides, owner_of, states, out_addresses, num_words, slab_rows,
                                                      kind, source)
 
 
@@ -378,8 +396,8 @@ def parallel_threads(threads: int) -> int:
     if _threadsafe_layer is None:
         with _LAYER_LOCK:
             if _threadsafe_layer is None:
-                empty = np.zeros(0, dtype=np.int64)
-                _fill_masks_parallel(np.zeros((0, 1), dtype=np.uint32), empty, empty, empty, empty, empty)
+                nothing = np.array([_DONE], dtype=np.int64)  # one entry with nothing to do: the layer starts
+                _BATCH_COMPUTE[1](np.zeros((1, BATCH_FIELDS), dtype=np.int64), nothing, nothing, nothing, 0, nothing)
                 _threadsafe_layer = numba.threading_layer() in ("omp", "tbb")
     return min(threads, numba.config.NUMBA_NUM_THREADS) if _threadsafe_layer else 1
 
@@ -531,17 +549,6 @@ class ForbiddenSets:
     def fill_mask_at(self, address: int, descriptor: int, mc: int, eos: np.ndarray) -> None:
         """``fill_mask`` into the ``num_words`` words at ``address`` (a caller's buffer, read without numpy)."""
         _fill_mask_at(address, self.table, descriptor, mc, eos)
-
-    def fill_masks(self, out: np.ndarray, rows: np.ndarray, descriptors: np.ndarray, mcs: np.ndarray,
-                   eos: np.ndarray, threads: int = 1) -> None:
-        """``fill_mask`` for many rows in one compiled call (the GIL released once), over up to ``threads``
-        threads when there are at least ``PARALLEL_MIN_ROWS``: row ``rows[k]`` of ``out`` (uint32[rows,
-        num_words], C-contiguous; distinct rows) gets the mask of ``(descriptors[k], mcs[k])`` (int64 arrays)."""
-        if parallel_threads(threads) > 1 and len(rows) >= PARALLEL_MIN_ROWS:
-            numba.set_num_threads(parallel_threads(threads))  # numba's setting is per calling thread
-            _fill_masks_parallel(out, rows, self.table, descriptors, mcs, eos)
-        else:
-            _fill_masks(out, rows, self.table, descriptors, mcs, eos)
 
     def _pointer_table(self) -> np.ndarray:
         """The table the mask kernels read (``_NUM_WORDS`` and (address, length) per array); the arrays it points

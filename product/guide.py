@@ -39,6 +39,7 @@ in a bounded LRU cache per guide whose rows are preallocated (computing a mask a
 
 from __future__ import annotations
 
+import ctypes
 import operator
 import sys
 import threading
@@ -55,8 +56,8 @@ from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product._mask_cache import MaskCache
 from product.forbidden import (BATCH_CACHE, BATCH_DESCRIPTORS, BATCH_EOS, BATCH_FIELDS, BATCH_FORBIDDEN, BATCH_M,
                                BATCH_NUM_EOS, BATCH_SLABS, ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED,
-                               ForbiddenSets, batch_compute, batch_copy, batch_keep, copy_cached_mask, copy_slab_rows,
-                               copy_slot_row, pack, row_descriptor)
+                               COMPUTE, ForbiddenSets, batch_compute, batch_copy, batch_keep, copy_cached_mask, copy_slot_row,
+                               pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
@@ -392,77 +393,53 @@ class Guide:
                 return
         view = _uint32_rows(out, len(states), self.num_words)
         states = self._checked_states(states)
-        if self._plain_masks:  # the whole batch in one compiled call, rows written where they are
+        if view.strides[1] == 4 or self.num_words == 1:  # rows written where they are
             rows = np.arange(len(states), dtype=np.int64) * view.strides[0] + view.ctypes.data
-            if view.strides[1] == 4 or self.num_words == 1:
-                _fill_plain_batch([self], np.zeros(len(states), dtype=np.int64), states, rows, threads)
-                return
-        compact = view if view.flags.c_contiguous else np.empty((len(states), self.num_words), dtype=np.uint32)
-        self._fill_batch(states.tolist(), compact, threads)
-        if compact is not view:
+            _fill_batch([self], np.zeros(len(states), dtype=np.int64), states, rows, threads)
+        else:  # a row's words are not adjacent: through a compact copy
+            compact = np.empty((len(states), self.num_words), dtype=np.uint32)
+            self.fill_bitmask(states, compact, threads=threads)
             view[: len(states)] = compact
 
     @cached_property
     def _batch_row(self) -> np.ndarray:
-        """This guide's row of ``fill_batch``'s guide table, but for its cache's address (which moves as it grows)."""
+        """This guide's row of the batch kernels' guide table (``product.forbidden``), but for its cache's address
+        (which moves as the cache grows): its slabs and, for a guide whose masks are its node rows', what computes
+        them."""
         row = np.zeros(BATCH_FIELDS, dtype=np.int64)
         row[BATCH_SLABS] = self._slab_addresses.ctypes.data
-        row[BATCH_FORBIDDEN] = self._forbidden.table.ctypes.data
-        row[BATCH_DESCRIPTORS] = self._descriptor_base
-        row[BATCH_M] = self._M
-        row[BATCH_EOS], row[BATCH_NUM_EOS] = self._eos_array.ctypes.data, len(self._eos_array)
+        if self._plain_masks:
+            row[BATCH_FORBIDDEN] = self._forbidden.table.ctypes.data
+            row[BATCH_DESCRIPTORS] = self._descriptor_base
+            row[BATCH_M] = self._M
+            row[BATCH_EOS], row[BATCH_NUM_EOS] = self._eos_array.ctypes.data, len(self._eos_array)
         return row
 
     @property
     def _plain_masks(self) -> bool:
-        """Whether a mask is its node's rows and merge class alone (``fill_batch`` computes it), not a counter's."""
+        """Whether a mask is its node's rows and merge class alone (the batch kernels compute it), not a counter's
+        or a fragment's."""
         return type(self)._fill_row is Guide._fill_row
 
+    def _mask_makers(self, states: np.ndarray) -> tuple[list[Guide], np.ndarray, np.ndarray]:
+        """Who computes the masks of ``states`` (checked): plain guides ``makers``, state ``i`` by ``makers[maker_of[i]]``
+        at its state ``inner[i]`` — or, where ``maker_of[i]`` is -1, this guide itself (``_fill_row``)."""
+        if self._plain_masks:
+            return [self], np.zeros(len(states), dtype=np.int64), states
+        return [], np.full(len(states), -1, dtype=np.int64), states
+
     def _checked_states(self, states) -> np.ndarray:
-        """``states`` as int64, each checked (``_split``'s errors) without a Python call per state."""
+        """``states`` as int64, each checked (``_split``'s errors), without a Python call per state for a plain
+        guide (whose states are exactly 0 .. num_nodes * M - 1)."""
         array = np.asarray(states)
-        if array.dtype.kind not in "iu" or array.ndim != 1:  # floats, bools, objects: each one's own error
-            for state in states:
+        if array.dtype.kind not in "iu" or array.ndim != 1 or not self._plain_masks:
+            for state in states:  # floats, bools, objects, a counter's states: each one's own error
                 self._split(state)
-            array = np.array([operator.index(state) for state in states], dtype=np.int64)
+            return np.array([operator.index(state) for state in states], dtype=np.int64)
         bad = (array < 0) | (array >= self._num_states)
         if bad.any():
             self._split(int(array[np.argmax(bad)]))
         return array.astype(np.int64, copy=False)
-
-    def _fill_batch(self, states: list[int], view: np.ndarray, threads: int) -> None:
-        """``fill_bitmask``'s batch for a guide whose masks a counter or fragments decide (``_fill_rows``), into the
-        C-contiguous ``view``. Only the cache is touched under the lock: cached masks are copied out (one compiled
-        call), the others computed into the caller's rows outside it, so threads filling rows of one guide compute
-        in parallel; the new rows are then copied into the cache. A state repeated in the batch is computed once.
-        Two threads may compute one state at once: the second to store it finds it cached and keeps that copy."""
-        first_row: dict[int, int] = {}
-        repeats: list[int] = []
-        repeated: list[int] = []
-        cached_rows: list[int] = []
-        cached_slots: list[int] = []
-        new: list[tuple[int, int]] = []
-        with self._lock:
-            for i, state in enumerate(states):
-                if state in first_row:
-                    repeats.append(i)
-                    repeated.append(first_row[state])
-                    continue
-                first_row[state] = i
-                slot = self._cache.lookup(state)
-                if slot >= 0:
-                    cached_rows.append(i)
-                    cached_slots.append(slot)
-                else:
-                    new.append((state, i))
-            if cached_rows:
-                copy_slab_rows(view, cached_rows, self._slab_addresses, cached_slots, _SLAB_ROWS, False)
-        if new:
-            self._fill_rows(view, [i for _, i in new], [state for state, _ in new], threads)
-        if repeats:
-            view[repeats] = view[repeated]
-        if new:
-            self._keep(new, view)
 
     def _fill_one(self, state: int, out, address: int) -> None:
         """``fill_bitmask`` of one state into the first row of ``out``, at ``address`` (its words adjacent): a
@@ -478,19 +455,6 @@ class Guide:
             if state not in self._cache:  # (another thread may have kept it meanwhile)
                 slot = self._take_slot(state)
                 copy_slot_row(address, self._slab_addresses, slot, _SLAB_ROWS, self.num_words, True)
-
-    def _keep(self, computed: list[tuple[int, int]], view: np.ndarray) -> None:
-        """Copy the masks just computed (state, row of ``view``) into the cache; a state cached meanwhile by
-        another thread keeps its copy. Evictions happen in order, so when the batch holds more new states than
-        the cache, a slot is written once, with the last state given it."""
-        with self._lock:
-            row_of_slot: dict[int, int] = {}
-            for state, i in computed:
-                if state not in self._cache:
-                    row_of_slot[self._take_slot(state)] = i
-            if row_of_slot:
-                copy_slab_rows(view, list(row_of_slot.values()), self._slab_addresses, list(row_of_slot), _SLAB_ROWS,
-                               True)
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id``. EOS in an accepting state leaves the state unchanged.
@@ -756,19 +720,6 @@ class Guide:
 
     def _compute_mask(self, node: int, mc: int, out: np.ndarray) -> None:
         self._forbidden.fill_mask(out, self._descriptor_base + node * _DESCRIPTOR_BYTES, mc, self._eos_array)
-
-    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int], threads: int = 1) -> None:
-        """Compute the masks of ``states`` (checked) into rows ``out_rows`` of ``out`` (distinct rows): in one
-        compiled call that releases the GIL once (``ForbiddenSets.fill_masks``), over up to ``threads`` threads.
-        (With a release per row, two Python threads filling a batch were slower than one: each hand-off of the GIL
-        cost more than a row.) A guide whose ``_fill_row`` decodes more than a node (counted) fills row by row."""
-        if type(self)._fill_row is not Guide._fill_row:
-            for row, state in zip(out_rows, states):
-                self._fill_row(state, out[row])
-            return
-        nodes, mcs = np.divmod(np.array(states, dtype=np.int64), self._M)
-        self._forbidden.fill_masks(out, np.array(out_rows, dtype=np.int64), self._descriptor_base + nodes *
-                                   _DESCRIPTOR_BYTES, mcs, self._eos_array, threads)
 
     def _describe_rows(self) -> None:
         """``_row_descriptors``: each node's rows as the mask kernels read them (``product.forbidden``): kind,
@@ -1062,33 +1013,66 @@ class _SlabPool:
 _SLAB_POOL = _SlabPool(64 << 20)
 
 
-def _fill_plain_batch(guides: list[Guide], guide_of: np.ndarray, states: np.ndarray, rows: np.ndarray,
-                      threads: int) -> None:
-    """The masks of ``states[k]`` (checked) of plain guides ``guides[guide_of[k]]`` (distinct guides) into the rows at
-    addresses ``rows[k]`` (distinct, alive): cached rows copied and the batch's new states kept under the guides'
-    locks, the masks computed outside them (``product.forbidden``'s batch kernels). The locks are taken in one order
-    (by id), so two batches sharing guides cannot deadlock."""
-    num_words = guides[0].num_words
-    fields = np.array([guide._batch_row for guide in guides]) if len(guides) > 1 else guides[0]._batch_row[None]
-    locks = [guide._lock for guide in sorted(guides, key=id)] if len(guides) > 1 else [guides[0]._lock]
+def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, rows: np.ndarray,
+                threads: int) -> None:
+    """The masks of ``states[k]`` (checked) of guides ``owners[owner_of[k]]`` (distinct guides) into the rows at
+    addresses ``rows[k]`` (distinct, alive), through the owners' mask caches: cached rows copied and the batch's new
+    states kept under the owners' locks, the masks computed outside them (``product.forbidden``'s batch kernels;
+    a counter's masks by its guide's ``_fill_row``). The locks are taken in one order (by id), so two batches
+    sharing guides cannot deadlock."""
+    num_words = owners[0].num_words
+    if all(owner._plain_masks for owner in owners):  # regex guides: each computes its own masks
+        table = [owner._batch_row for owner in owners]
+        maker_of, inner = owner_of, states
+    else:
+        table, maker_of, inner = _makers_of(owners, owner_of, states)
+    fields = np.array(table) if len(table) > 1 else table[0][None]
+    locks = [owner._lock for owner in sorted(owners, key=id)] if len(owners) > 1 else [owners[0]._lock]
     _acquire(locks)
     try:
-        for g, guide in enumerate(guides):
-            fields[g, BATCH_CACHE] = guide._cache.address
-        kind, source = batch_copy(fields, guide_of, states, rows, num_words, _SLAB_ROWS, threads)
+        for g, owner in enumerate(owners):
+            fields[g, BATCH_CACHE] = owner._cache.address
+        kind, source = batch_copy(fields, owner_of, states, rows, num_words, _SLAB_ROWS, threads)
     finally:
         _release(locks)
-    batch_compute(fields, guide_of, states, rows, num_words, kind, threads)
-    counts = np.bincount(guide_of, minlength=len(guides)).tolist() if len(guides) > 1 else [len(states)]
+    batch_compute(fields, maker_of, inner, rows, num_words, kind, threads)
+    if maker_of is not owner_of:
+        for k in np.flatnonzero((kind == COMPUTE) & (maker_of < 0)).tolist():  # a counter's mask
+            owners[owner_of[k]]._fill_row(int(states[k]), _words_at(int(rows[k]), num_words))
+    counts = np.bincount(owner_of, minlength=len(owners)).tolist() if len(owners) > 1 else [len(states)]
     _acquire(locks)
     try:
-        for g, guide in enumerate(guides):  # room for the new states (the cache's record may move)
-            guide._cache.reserve(counts[g])
-            guide._cover_slabs()
-            fields[g, BATCH_CACHE] = guide._cache.address
-        batch_keep(fields, guide_of, states, rows, num_words, _SLAB_ROWS, kind, source, threads)
+        for g, owner in enumerate(owners):  # room for the new states (the cache's record may move)
+            owner._cache.reserve(counts[g])
+            owner._cover_slabs()
+            fields[g, BATCH_CACHE] = owner._cache.address
+        batch_keep(fields, owner_of, states, rows, num_words, _SLAB_ROWS, kind, source, threads)
     finally:
         _release(locks)
+
+
+def _makers_of(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray):
+    """The batch kernels' guide table (the owners' rows first, then the other guides that compute masks: a schema's
+    fragments), each entry's row in it (-1: its owner computes it) and its state there."""
+    table = [owner._batch_row for owner in owners]
+    row_of = {id(owner): g for g, owner in enumerate(owners) if owner._plain_masks}
+    maker_of = np.empty(len(states), dtype=np.int64)
+    inner = np.empty(len(states), dtype=np.int64)
+    for g, owner in enumerate(owners):
+        entries = np.flatnonzero(owner_of == g)
+        makers, local, inner[entries] = owner._mask_makers(states[entries])
+        for maker in makers:
+            if id(maker) not in row_of:
+                row_of[id(maker)] = len(table)
+                table.append(maker._batch_row)
+        rows = np.array([row_of[id(maker)] for maker in makers] + [-1], dtype=np.int64)
+        maker_of[entries] = rows[local]  # (local -1: the last, -1)
+    return table, maker_of, inner
+
+
+def _words_at(address: int, num_words: int) -> np.ndarray:
+    """The ``num_words`` uint32 words at ``address`` as a numpy array (the caller keeps the memory alive)."""
+    return np.ctypeslib.as_array((ctypes.c_uint32 * num_words).from_address(address))
 
 
 def _acquire(locks: list[threading.Lock]) -> None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from automata.errors import CanonmergeError
 from bpe.automaton import DisallowedTokenError
-from product.guide import Guide, _fill_plain_batch
+from product.guide import Guide, _fill_batch
 
 __all__ = ["Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks"]
 
@@ -286,40 +286,22 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
         if guide.num_words != num_words:
             raise ValueError(f"matchers of vocabularies of {num_words} and {guide.num_words} words in one batch")
     # everything is checked: rows may be written from here on
-    if all(guide._plain_masks for guide in distinct) and True not in [m._terminated for m in matchers]:
-        # the usual batch, built with a few C-level passes (a Python loop over the matchers cost more than the
-        # masks it filled: bench/gpu_masks.py)
-        if len(distinct) == 1:
-            guide_of = np.zeros(len(matchers), dtype=np.int64)
-        else:
-            number = {guide: g for g, guide in enumerate(distinct)}
-            guide_of = np.array(list(map(number.__getitem__, guides)), dtype=np.int64)
-        states = np.array([m._state for m in matchers], dtype=np.int64)
-        row_numbers = np.arange(len(matchers), dtype=np.int64) if indices is None else np.array(rows, np.int64)
-        _fill_plain_batch(distinct, guide_of, states, row_numbers * words.strides[0] + _address(bitmask, words),
-                          threads)
-        return
-    plain = [guide for guide in distinct if guide._plain_masks]
-    number = {guide: g for g, guide in enumerate(plain)}
-    batch = [(number[g], m._state, row) for m, g, row in zip(matchers, guides, rows)
-             if not m._terminated and g in number]
-    if batch:  # the regex guides' rows together, as above
-        guide_of, states, batch_rows = np.array(batch, dtype=np.int64).T
-        addresses = batch_rows * words.strides[0] + _address(bitmask, words)
-        _fill_plain_batch(plain, np.ascontiguousarray(guide_of), np.ascontiguousarray(states), addresses, threads)
-    others: dict[int, tuple[Guide, list[int], list[int]]] = {}
-    for m, guide, row in zip(matchers, guides, rows):
-        if m._terminated:
-            m._fill(words, row)  # EOS only: no guide involved
-        elif guide not in number:
-            _, states, out_rows = others.setdefault(id(guide), (guide, [], []))
-            states.append(m._state)
-            out_rows.append(row)
-    for guide, states, out_rows in others.values():
-        lo = out_rows[0]
-        if out_rows == list(range(lo, lo + len(out_rows))):  # consecutive rows: straight into the bitmask
-            guide.fill_bitmask(states, words[lo: lo + len(states)], threads=threads)
-        else:
-            rows_in_order = np.empty((len(states), num_words), dtype=np.uint32)
-            guide.fill_bitmask(states, rows_in_order, threads=threads)
-            words[out_rows] = rows_in_order
+    if True in [m._terminated for m in matchers]:
+        for m, row in zip(matchers, rows):
+            if m._terminated:
+                m._fill(words, row)  # EOS only: no guide involved
+        rows = [row for m, row in zip(matchers, rows) if not m._terminated]
+        matchers = [m for m in matchers if not m._terminated]
+        if not matchers:
+            return
+        guides = [m.guide for m in matchers]
+        distinct = list(dict.fromkeys(guides))
+    # a few C-level passes over the matchers (a Python loop over them cost more than the masks it filled)
+    if len(distinct) == 1:
+        owner_of = np.zeros(len(matchers), dtype=np.int64)
+    else:
+        number = {guide: g for g, guide in enumerate(distinct)}
+        owner_of = np.array(list(map(number.__getitem__, guides)), dtype=np.int64)
+    states = np.array([m._state for m in matchers], dtype=np.int64)
+    row_numbers = np.arange(len(matchers), dtype=np.int64) if indices is None else np.array(rows, dtype=np.int64)
+    _fill_batch(distinct, owner_of, states, row_numbers * words.strides[0] + _address(bitmask, words), threads)

@@ -869,17 +869,24 @@ class StitchedGuide(Guide):
         i, inner = self._locate(state)
         self._guides[i]._fill_at(inner, out, address)
 
-    def _fill_rows(self, out: np.ndarray, out_rows: list[int], states: list[int], threads: int = 1) -> None:
-        """Each fragment guide fills its states' rows at once (one compiled call for a plain one)."""
-        by_guide: dict[int, tuple[Guide, list[int], list[int]]] = {}
-        for row, state in zip(out_rows, states):
-            i, inner = self._locate(state)
-            guide = self._guides[i]
-            _, rows, inners = by_guide.setdefault(id(guide), (guide, [], []))
-            rows.append(row)
-            inners.append(inner)
-        for guide, rows, inners in by_guide.values():
-            guide._fill_rows(out, rows, inners, threads)
+    @property
+    def _num_states(self) -> int:
+        return self._end
+
+    @functools.cached_property
+    def _instance_makers(self) -> tuple[np.ndarray, list[Guide], np.ndarray]:
+        """Each instance's first global state (ascending), the distinct fragment guides whose masks are their node
+        rows', and each instance's index among them (-1: a counted fragment, whose masks ``_fill_row`` computes)."""
+        makers = list({id(g): g for g in self._guides if g._plain_masks}.values())
+        index = {id(g): i for i, g in enumerate(makers)}
+        return (np.array(self._base, dtype=np.int64), makers,
+                np.array([index.get(id(g), -1) for g in self._guides], dtype=np.int64))
+
+    def _mask_makers(self, states: np.ndarray) -> tuple[list[Guide], np.ndarray, np.ndarray]:
+        """Each state's fragment guide and its state there (``_locate`` for a batch, one ``searchsorted``)."""
+        bases, makers, maker_of_instance = self._instance_makers
+        instance = np.searchsorted(bases, states, side="right") - 1
+        return makers, maker_of_instance[instance], states - bases[instance]
 
     def advance(self, state: int, token_id: int) -> int:
         i, inner = self._locate(state)

@@ -581,7 +581,9 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets(monkeypatch):
     forbidding most of the vocabulary, among them the whole-piece class that forbids everything), walked
     interval by interval for the others, or tested token by token for short rows."""
     from product import forbidden
-    from product.forbidden import DENSE_MIN, ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
+    from product.forbidden import (BATCH_DESCRIPTORS, BATCH_EOS, BATCH_FIELDS, BATCH_FORBIDDEN, BATCH_M, BATCH_NUM_EOS,
+                                   COMPUTE, DENSE_MIN, ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, batch_compute, pack,
+                                   row_descriptor)
     from product.guide import _forbidden_index
 
     monkeypatch.setattr(forbidden, "PARALLEL_MIN_ROWS", 2)  # the parallel kernel on a few rows
@@ -608,6 +610,11 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets(monkeypatch):
                             row_descriptor(ROW_SPARSE_PACKED, True, X_packed, y, z),
                             row_descriptor(ROW_SPARSE, False, no_tokens, y, no_tokens)], dtype=np.int64)
     address = lambda k: descriptors.ctypes.data + k * descriptors.strides[0]  # noqa: E731
+    # the batch kernel's guide table: one guide, whose node k is descriptor k (states k * M + mc)
+    M = len(index.dense_row)
+    table = np.zeros((1, BATCH_FIELDS), dtype=np.int64)
+    table[0, [BATCH_FORBIDDEN, BATCH_DESCRIPTORS, BATCH_M, BATCH_EOS, BATCH_NUM_EOS]] = (
+        index.table.ctypes.data, descriptors.ctypes.data, M, eos.ctypes.data, len(eos))
     for mc in packed[:3].tolist() + packed[-3:].tolist() + walked[:3].tolist() + walked[-3:].tolist() + [0]:
         F = automaton.forbidden(mc)
         expected = [X | (Y & ~F) | (Z & F), np.isin(np.arange(V), few[(X | (Y & ~F) | (Z & F))[few]]),
@@ -615,8 +622,9 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets(monkeypatch):
         expected[2][V - 1] = True  # final: EOS allowed
         batches = np.full((2, 6, num_words), 0xDEADBEEF, dtype=np.uint32)  # masks overwrite what the buffer held
         for batch, threads in zip(batches, (1, 2)):  # the serial and the parallel kernel
-            index.fill_masks(batch, np.array([5, 0, 2, 3]), np.array([address(k) for k in range(4)]),
-                             np.full(4, mc, dtype=np.int64), eos, threads)
+            rows = np.array([5, 0, 2, 3], dtype=np.int64) * batch.strides[0] + batch.ctypes.data
+            batch_compute(table, np.zeros(4, dtype=np.int64), np.arange(4, dtype=np.int64) * M + mc, rows, num_words,
+                          np.full(4, COMPUTE, dtype=np.int64), threads)
         for k, row in enumerate((5, 0, 2, 3)):
             words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)
             index.fill_mask(words, address(k), mc, eos)

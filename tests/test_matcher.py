@@ -211,20 +211,28 @@ def test_batch_fill_equals_per_row_fills(guide, other_guide):
 
 def test_large_batches_over_small_caches_equal_per_row_masks():
     """A batch of at least ``PARALLEL_MIN_ROWS`` rows takes the parallel kernels; guides whose caches hold 1-3 masks
-    see more new states in one batch than they can keep (slots taken twice in a batch). Every row is still its
-    state's mask, filled or copied, and every cached slot holds its own state's mask."""
+    see more new states in one batch than they can keep (slots taken twice in a batch); a counted guide and a schema
+    guide with a counted fragment have masks the kernels do not compute. Every row is still its state's mask, filled
+    or copied, and every cached slot holds its own state's mask."""
+    import vegas
     from product.forbidden import PARALLEL_MIN_ROWS
 
     automaton = automaton_of("gpt2")
-    guides = [compile_regex(PATTERN, automaton, cache_size=1), compile_regex(OTHER, automaton, cache_size=3),
-              compile_regex(PATTERN, automaton)]
-    reference = {id(g): compile_regex(p, automaton) for g, p in zip(guides, (PATTERN, OTHER, PATTERN))}
+    schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 200}, "n": {"type": "integer"}},
+              "required": ["name", "n"]}
+    compilers = [lambda size: compile_regex(PATTERN, automaton, cache_size=size),
+                 lambda size: compile_regex(OTHER, automaton, cache_size=size),
+                 lambda size: compile_regex('"[a-z ]{0,200}"', automaton, cache_size=size),
+                 lambda size: vegas.compile_schema(schema, automaton, cache_size=size)]
+    guides = [compile(size) for compile, size in zip(compilers, (1, 3, 2, 4096))] + [compilers[0](4096)]
+    reference = {id(g): compile(4096) for g, compile in zip(guides, compilers + compilers[:1])}
+    assert {type(g).__name__ for g in guides} == {"Guide", "CountedGuide", "StitchedGuide"}
     rng = np.random.default_rng(5)
     matchers = []
     while len(matchers) < PARALLEL_MIN_ROWS + 20:
-        g = guides[len(matchers) % 3]
+        g = guides[len(matchers) % len(guides)]
         m = Matcher(g)
-        for _ in range(int(rng.integers(0, 10))):
+        for _ in range(int(rng.integers(0, 14))):
             tokens = [t for t in _allowed(g, m.state) if t not in g.eos_token_ids]
             if not tokens:
                 break
