@@ -32,7 +32,7 @@ from bpe.automaton import CanonicalAutomaton
 from product._mask_cache import find as cache_find, holds as cache_holds, lookup as cache_lookup, take as cache_take
 from product._pointers import int32_at, int64_at, uint32_at
 
-__all__ = ["ForbiddenSets", "pack", "copy_slot_row", "copy_cached_mask", "batch_copy", "batch_compute", "batch_keep",
+__all__ = ["ForbiddenSets", "pack", "keep_mask", "copy_cached_mask", "batch_copy", "batch_compute", "batch_keep",
            "COMPUTE", "BATCH_FIELDS", "BATCH_CACHE", "BATCH_SLABS", "BATCH_FORBIDDEN",
            "BATCH_DESCRIPTORS", "BATCH_M", "BATCH_EOS", "BATCH_NUM_EOS", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
@@ -185,18 +185,22 @@ def copy_cached_mask(cache_address, slab_addresses, slab_rows, num_words, state,
     return slot
 
 
-@njit("void(int64, int64[::1], int64, int64, int64, boolean)", cache=True, boundscheck=False)
-def copy_slot_row(address, slab_addresses, slot, slab_rows, num_words, to_slot):
-    """Copy the ``num_words`` words at ``address`` (a caller's mask row) into cache slot ``slot`` (``to_slot``), or
-    the slot's row to ``address``: one row, under the cache's lock. The GIL is kept: releasing and taking it back
-    would cost more than the copy of a 50k-token row."""
-    cached = uint32_at(slab_addresses[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
-    row = uint32_at(address)
-    for w in range(num_words):
-        if to_slot:
+@njit("int64(int64, int64, int64, int64, int64, int64)", cache=True, boundscheck=False)
+def keep_mask(cache_address, slab_addresses, slab_rows, num_words, state, address):
+    """Keep the mask of ``state`` just computed at ``address`` in the cache (``copy_cached_mask``'s arguments): a slot
+    taken (the least recently used state evicted) and the row copied there, unless the state is cached already
+    (another thread kept it). Returns the slot, or -1 when the cache's record needs room first (``reserve``)."""
+    cache = int64_at(cache_address)
+    slot = cache_find(cache, state)
+    if slot >= 0:
+        return slot
+    slot = cache_take(cache, state)
+    if slot >= 0:
+        cached = uint32_at(int64_at(slab_addresses)[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
+        row = uint32_at(address)
+        for w in range(num_words):
             cached[w] = row[w]
-        else:
-            row[w] = cached[w]
+    return slot
 
 
 # A batch of masks across guides, in three compiled calls. Entry k is state ``states[k]`` of the guide whose mask
@@ -365,12 +369,15 @@ def batch_copy(guides, owner_of, states, out_addresses, num_words: int, slab_row
                                                             slab_rows)
 
 
-def batch_compute(guides, maker_of, inner, out_addresses, num_words: int, kind, threads: int = 1) -> None:
-    _batch_kernel(_BATCH_COMPUTE, threads, len(inner))(guides, maker_of, inner, out_addresses, num_words, kind)
+def batch_compute(guides, maker_of, inner, out_addresses, num_words: int, kind, computed: int,
+                  threads: int = 1) -> None:
+    """The ``computed`` masks to compute; see the passes above."""
+    _batch_kernel(_BATCH_COMPUTE, threads, computed)(guides, maker_of, inner, out_addresses, num_words, kind)
 
 
 def batch_keep(guides, owner_of, states, out_addresses, num_words: int, slab_rows: int, kind, source,
                threads: int = 1) -> None:
+    """The new masks kept and the repeats copied; see the passes above."""
     _batch_kernel(_BATCH_KEEP, threads, len(states))(guides, owner_of, states, out_addresses, num_words, slab_rows,
                                                      kind, source)
 

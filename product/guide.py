@@ -56,7 +56,7 @@ from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product._mask_cache import MaskCache
 from product.forbidden import (BATCH_CACHE, BATCH_DESCRIPTORS, BATCH_EOS, BATCH_FIELDS, BATCH_FORBIDDEN, BATCH_M,
                                BATCH_NUM_EOS, BATCH_SLABS, ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED,
-                               COMPUTE, ForbiddenSets, batch_compute, batch_copy, batch_keep, copy_cached_mask, copy_slot_row,
+                               COMPUTE, ForbiddenSets, batch_compute, batch_copy, batch_keep, copy_cached_mask, keep_mask,
                                pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
@@ -225,6 +225,7 @@ class Guide:
         self._slabs: list[np.ndarray] = []
         self._slab_views: list[memoryview] = []  # the same rows, for ``_cached_bit``
         self._slab_addresses = self._slab_address_table()
+        self._slabs_address = self._slab_addresses.ctypes.data  # (numpy's ctypes.data costs ~1-2 µs a read)
         # built here, not on first use: on a guide just compiled, building it in the first advance cost ~35 µs
         self._step_table = self._new_step_table()
         self._cover_slabs()
@@ -323,7 +324,7 @@ class Guide:
         (rebuilt on use)."""
         state = self.__dict__.copy()
         del state["_lock"]
-        for cached in ("_step_table", "_slab_addresses", "_batch_row", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views",
+        for cached in ("_step_table", "_slab_addresses", "_slabs_address", "_batch_row", "_advanced", "_scalar_pending", "_scalar_rows", "_slab_views",
                        "_row_descriptors", "_descriptor_base"):
             state.pop(cached, None)  # memoryviews do not pickle; addresses are this process's
         return state
@@ -337,6 +338,7 @@ class Guide:
         if "_rows" in state:  # a guide with rows of its own (a stitched guide has its fragments')
             self._describe_rows()
         self._slab_addresses = self._slab_address_table()
+        self._slabs_address = self._slab_addresses.ctypes.data  # (numpy's ctypes.data costs ~1-2 µs a read)
         self._step_table = self._new_step_table()  # addresses: this process's copies of the arrays
 
     # ---- sizes --------------------------------------------------------------------------------------------
@@ -407,7 +409,7 @@ class Guide:
         (which moves as the cache grows): its slabs and, for a guide whose masks are its node rows', what computes
         them."""
         row = np.zeros(BATCH_FIELDS, dtype=np.int64)
-        row[BATCH_SLABS] = self._slab_addresses.ctypes.data
+        row[BATCH_SLABS] = self._slabs_address
         if self._plain_masks:
             row[BATCH_FORBIDDEN] = self._forbidden.table.ctypes.data
             row[BATCH_DESCRIPTORS] = self._descriptor_base
@@ -447,14 +449,15 @@ class Guide:
         outside it, then kept."""
         self._split(state)  # a bad state raises before anything is written
         with self._lock:
-            if copy_cached_mask(self._cache.address, self._slab_addresses.ctypes.data, _SLAB_ROWS, self.num_words,
-                                state, address) >= 0:
+            if copy_cached_mask(self._cache.address, self._slabs_address, _SLAB_ROWS, self.num_words, state,
+                                address) >= 0:
                 return
         self._fill_at(state, out, address)
-        with self._lock:
-            if state not in self._cache:  # (another thread may have kept it meanwhile)
-                slot = self._take_slot(state)
-                copy_slot_row(address, self._slab_addresses, slot, _SLAB_ROWS, self.num_words, True)
+        with self._lock:  # (kept unless another thread kept it meanwhile)
+            if keep_mask(self._cache.address, self._slabs_address, _SLAB_ROWS, self.num_words, state, address) < 0:
+                self._cache.reserve(1)
+                self._cover_slabs()
+                keep_mask(self._cache.address, self._slabs_address, _SLAB_ROWS, self.num_words, state, address)
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id``. EOS in an accepting state leaves the state unchanged.
@@ -1035,10 +1038,14 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
         kind, source = batch_copy(fields, owner_of, states, rows, num_words, _SLAB_ROWS, threads)
     finally:
         _release(locks)
-    batch_compute(fields, maker_of, inner, rows, num_words, kind, threads)
-    if maker_of is not owner_of:
-        for k in np.flatnonzero((kind == COMPUTE) & (maker_of < 0)).tolist():  # a counter's mask
-            owners[owner_of[k]]._fill_row(int(states[k]), _words_at(int(rows[k]), num_words))
+    computed = np.count_nonzero(kind == COMPUTE)
+    if computed:
+        batch_compute(fields, maker_of, inner, rows, num_words, kind, computed, threads)
+        if maker_of is not owner_of:
+            for k in np.flatnonzero((kind == COMPUTE) & (maker_of < 0)).tolist():  # a counter's mask
+                owners[owner_of[k]]._fill_row(int(states[k]), _words_at(int(rows[k]), num_words))
+    elif np.count_nonzero(kind) == 0:  # every mask was cached (one of each state): nothing to keep
+        return
     counts = np.bincount(owner_of, minlength=len(owners)).tolist() if len(owners) > 1 else [len(states)]
     _acquire(locks)
     try:

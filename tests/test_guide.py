@@ -624,7 +624,7 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets(monkeypatch):
         for batch, threads in zip(batches, (1, 2)):  # the serial and the parallel kernel
             rows = np.array([5, 0, 2, 3], dtype=np.int64) * batch.strides[0] + batch.ctypes.data
             batch_compute(table, np.zeros(4, dtype=np.int64), np.arange(4, dtype=np.int64) * M + mc, rows, num_words,
-                          np.full(4, COMPUTE, dtype=np.int64), threads)
+                          np.full(4, COMPUTE, dtype=np.int64), 4, threads)
         for k, row in enumerate((5, 0, 2, 3)):
             words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)
             index.fill_mask(words, address(k), mc, eos)
