@@ -1024,12 +1024,7 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
     a counter's masks by its guide's ``_fill_row``). The locks are taken in one order (by id), so two batches
     sharing guides cannot deadlock."""
     num_words = owners[0].num_words
-    if all(owner._plain_masks for owner in owners):  # regex guides: each computes its own masks
-        table = [owner._batch_row for owner in owners]
-        maker_of, inner = owner_of, states
-    else:
-        table, maker_of, inner = _makers_of(owners, owner_of, states)
-    fields = np.array(table) if len(table) > 1 else table[0][None]
+    fields = np.array([owner._batch_row for owner in owners]) if len(owners) > 1 else owners[0]._batch_row[None]
     locks = [owner._lock for owner in sorted(owners, key=id)] if len(owners) > 1 else [owners[0]._lock]
     _acquire(locks)
     try:
@@ -1040,8 +1035,11 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
         _release(locks)
     computed = np.count_nonzero(kind == COMPUTE)
     if computed:
-        batch_compute(fields, maker_of, inner, rows, num_words, kind, computed, threads)
-        if maker_of is not owner_of:
+        if all(owner._plain_masks for owner in owners):  # regex guides: each computes its own masks
+            batch_compute(fields, owner_of, states, rows, num_words, kind, computed, threads)
+        else:
+            makers, maker_of, inner = _makers_of(owners, owner_of, states, kind)
+            batch_compute(np.concatenate([fields, makers]), maker_of, inner, rows, num_words, kind, computed, threads)
             for k in np.flatnonzero((kind == COMPUTE) & (maker_of < 0)).tolist():  # a counter's mask
                 owners[owner_of[k]]._fill_row(int(states[k]), _words_at(int(rows[k]), num_words))
     elif np.count_nonzero(kind) == 0:  # every mask was cached (one of each state): nothing to keep
@@ -1058,23 +1056,26 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
         _release(locks)
 
 
-def _makers_of(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray):
-    """The batch kernels' guide table (the owners' rows first, then the other guides that compute masks: a schema's
-    fragments), each entry's row in it (-1: its owner computes it) and its state there."""
-    table = [owner._batch_row for owner in owners]
+def _makers_of(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, kind: np.ndarray):
+    """For the entries to compute: the guides that compute their masks other than the owners (a schema's fragments),
+    as rows of the batch kernels' table to append to the owners' rows, each entry's row in the whole table (-1: its
+    owner computes it) and its state there."""
+    extra: list[np.ndarray] = []
     row_of = {id(owner): g for g, owner in enumerate(owners) if owner._plain_masks}
-    maker_of = np.empty(len(states), dtype=np.int64)
-    inner = np.empty(len(states), dtype=np.int64)
+    maker_of = np.full(len(states), -1, dtype=np.int64)
+    inner = states.copy()
     for g, owner in enumerate(owners):
-        entries = np.flatnonzero(owner_of == g)
+        entries = np.flatnonzero((owner_of == g) & (kind == COMPUTE))
+        if not len(entries):
+            continue
         makers, local, inner[entries] = owner._mask_makers(states[entries])
         for maker in makers:
             if id(maker) not in row_of:
-                row_of[id(maker)] = len(table)
-                table.append(maker._batch_row)
-        rows = np.array([row_of[id(maker)] for maker in makers] + [-1], dtype=np.int64)
-        maker_of[entries] = rows[local]  # (local -1: the last, -1)
-    return table, maker_of, inner
+                row_of[id(maker)] = len(owners) + len(extra)
+                extra.append(maker._batch_row)
+        table_rows = np.array([row_of[id(maker)] for maker in makers] + [-1], dtype=np.int64)
+        maker_of[entries] = table_rows[local]  # (local -1: the last, -1)
+    return np.array(extra, dtype=np.int64).reshape(-1, BATCH_FIELDS), maker_of, inner
 
 
 def _words_at(address: int, num_words: int) -> np.ndarray:
