@@ -33,7 +33,7 @@ from product._mask_cache import find as cache_find, holds as cache_holds, lookup
 from product._pointers import int32_at, int64_at, uint32_at
 
 __all__ = ["ForbiddenSets", "pack", "keep_mask", "copy_cached_mask", "batch_copy", "batch_compute", "batch_keep",
-           "COMPUTE", "BATCH_FIELDS", "BATCH_CACHE", "BATCH_SLABS", "BATCH_FORBIDDEN",
+           "COMPUTE", "DONE", "NO_ROOM", "BATCH_FIELDS", "BATCH_CACHE", "BATCH_SLABS", "BATCH_FORBIDDEN",
            "BATCH_DESCRIPTORS", "BATCH_M", "BATCH_EOS", "BATCH_NUM_EOS", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
@@ -216,12 +216,14 @@ def keep_mask(cache_address, slab_addresses, slab_rows, num_words, state, addres
 #     entry whose state is cached (then the most recently used) copies its slot's row; the others are computed.
 #   batch_compute (parallel): the masks of the entries to compute that have a maker, into their rows.
 #   batch_keep (serial, then parallel): each computed state not cached meanwhile takes a slot (the least recently
-#     used state evicted; room reserved by the caller), and its row is copied there unless a later entry of the
-#     batch took the slot (a batch of more new states than the cache holds); repeats copy their first entry's row.
+#     used state evicted; NO_ROOM where the cache's record must grow first), and its row is copied there unless a
+#     later entry of the batch took the slot (a batch of more new states than the cache holds); repeats copy their
+#     first entry's row.
 # The serial parts are ~50 ns an entry; copies and masks, split over numba's threads, are the batch's time.
 (BATCH_CACHE, BATCH_SLABS, BATCH_FORBIDDEN, BATCH_DESCRIPTORS, BATCH_M, BATCH_EOS, BATCH_NUM_EOS,
  BATCH_FIELDS) = range(8)
-_COPY, COMPUTE, _REPEAT, _DONE = range(4)  # an entry's kind; _DONE: computed, cached meanwhile by another thread
+# an entry's kind; DONE: computed, cached meanwhile by another thread; NO_ROOM: to keep once the cache has grown
+_COPY, COMPUTE, _REPEAT, DONE, NO_ROOM = range(5)
 
 
 @njit(inline="always")
@@ -281,14 +283,17 @@ def _compute_entry(guides, maker_of, inner, out_addresses, num_words, kind, k):
 
 @njit(**_KERNEL)
 def _take_slots(guides, owner_of, states, kind, source):
-    """batch_keep's serial part: a slot for each computed state not cached meanwhile (else _DONE)."""
+    """batch_keep's serial part: a slot for each computed state not cached meanwhile (else DONE), NO_ROOM where the
+    cache's record is full below its limit (the caller grows it and keeps those again)."""
     for k in range(len(states)):
         if kind[k] == COMPUTE:
             cache = int64_at(guides[owner_of[k], BATCH_CACHE])
             if cache_find(cache, states[k]) >= 0:
-                kind[k] = _DONE
+                kind[k] = DONE
             else:
                 source[k] = cache_take(cache, states[k])
+                if source[k] < 0:
+                    kind[k] = NO_ROOM
 
 
 @njit(inline="always")
@@ -403,7 +408,7 @@ def parallel_threads(threads: int) -> int:
     if _threadsafe_layer is None:
         with _LAYER_LOCK:
             if _threadsafe_layer is None:
-                nothing = np.array([_DONE], dtype=np.int64)  # one entry with nothing to do: the layer starts
+                nothing = np.array([DONE], dtype=np.int64)  # one entry with nothing to do: the layer starts
                 _BATCH_COMPUTE[1](np.zeros((1, BATCH_FIELDS), dtype=np.int64), nothing, nothing, nothing, 0, nothing)
                 _threadsafe_layer = numba.threading_layer() in ("omp", "tbb")
     return min(threads, numba.config.NUMBA_NUM_THREADS) if _threadsafe_layer else 1

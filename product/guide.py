@@ -55,9 +55,9 @@ from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product._mask_cache import MaskCache
 from product.forbidden import (BATCH_CACHE, BATCH_DESCRIPTORS, BATCH_EOS, BATCH_FIELDS, BATCH_FORBIDDEN, BATCH_M,
-                               BATCH_NUM_EOS, BATCH_SLABS, ROW_DENSE, ROW_FIELDS, ROW_SPARSE, ROW_SPARSE_PACKED,
-                               COMPUTE, ForbiddenSets, batch_compute, batch_copy, batch_keep, copy_cached_mask, keep_mask,
-                               pack, row_descriptor)
+                               BATCH_NUM_EOS, BATCH_SLABS, COMPUTE, DONE, NO_ROOM, ROW_DENSE, ROW_FIELDS, ROW_SPARSE,
+                               ROW_SPARSE_PACKED, ForbiddenSets, batch_compute, batch_copy, batch_keep,
+                               copy_cached_mask, keep_mask, pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
 from product.node_kernels import (ALL_DEAD, NONE_DEAD, PARTIAL, NodeTable, any_live_crossing, context_edges,
                                   distinct_targets, entering_keys, group_row, live_inside, mark_dead,
@@ -1028,8 +1028,7 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
     locks = [owner._lock for owner in sorted(owners, key=id)] if len(owners) > 1 else [owners[0]._lock]
     _acquire(locks)
     try:
-        for g, owner in enumerate(owners):
-            fields[g, BATCH_CACHE] = owner._cache.address
+        fields[:, BATCH_CACHE] = [owner._cache.address for owner in owners]
         kind, source = batch_copy(fields, owner_of, states, rows, num_words, _SLAB_ROWS, threads)
     finally:
         _release(locks)
@@ -1044,14 +1043,20 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
                 owners[owner_of[k]]._fill_row(int(states[k]), _words_at(int(rows[k]), num_words))
     elif np.count_nonzero(kind) == 0:  # every mask was cached (one of each state): nothing to keep
         return
-    counts = np.bincount(owner_of, minlength=len(owners)).tolist() if len(owners) > 1 else [len(states)]
     _acquire(locks)
     try:
-        for g, owner in enumerate(owners):  # room for the new states (the cache's record may move)
-            owner._cache.reserve(counts[g])
-            owner._cover_slabs()
-            fields[g, BATCH_CACHE] = owner._cache.address
+        fields[:, BATCH_CACHE] = [owner._cache.address for owner in owners]  # (another batch may have grown one)
         batch_keep(fields, owner_of, states, rows, num_words, _SLAB_ROWS, kind, source, threads)
+        no_room = kind == NO_ROOM
+        if no_room.any():  # caches that must grow first (their records move): then those states kept
+            for g, count in enumerate(np.bincount(owner_of[no_room], minlength=len(owners)).tolist()):
+                if count:
+                    owners[g]._cache.reserve(count)
+                    owners[g]._cover_slabs()
+                    fields[g, BATCH_CACHE] = owners[g]._cache.address
+            kind[no_room] = COMPUTE
+            kind[~no_room] = DONE  # (done: the second pass keeps only those)
+            batch_keep(fields, owner_of, states, rows, num_words, _SLAB_ROWS, kind, source, threads)
     finally:
         _release(locks)
 

@@ -421,6 +421,25 @@ def test_one_guide_serves_many_threads():
         assert copied.advance(state, token) == alone.advance(state, token)
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+def test_a_batch_of_more_new_states_than_the_cache_has_room_for_grows_it(threads):
+    """A cache's index starts with one slab's slots and grows when a batch needs more: the batch's new states are
+    kept after it grows (slots kept, records moved), and every row is its state's mask."""
+    automaton = automaton_of("gpt2")
+    pattern = r"[a-z]{1,6}( [a-z]{1,6}){0,4}\."
+    states = list(dict.fromkeys(state for state, _ in _random_steps(compile_regex(pattern, automaton), 40, seed=3)))
+    assert len(states) > 2 * 32
+    guide, fresh = compile_regex(pattern, automaton), compile_regex(pattern, automaton)
+    first_capacity = guide._cache.capacity
+    out = np.zeros((len(states), guide.num_words), dtype=np.uint32)
+    guide.fill_bitmask(states, out, threads=threads)
+    assert guide._cache.capacity >= len(states) > first_capacity
+    assert all(state in guide._cache for state in states)
+    for state, row in zip(states, out):
+        assert np.array_equal(row, fresh._mask(state))
+        assert np.array_equal(guide._row_of(guide._cache.get(state)), row)
+
+
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch, monkeypatch):
     """``fill_bitmask`` computes masks that are not cached outside the guide's lock — one state (``_fill_at``) or a
