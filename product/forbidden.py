@@ -387,9 +387,10 @@ def batch_keep(guides, owner_of, states, out_addresses, num_words: int, slab_row
                                                      kind, source)
 
 
-# A parallel region costs ~2-20 µs to start on the development VM (ms with a busy CPU) and a mask ~1-15 µs: 24 new
-# rows of ~1 µs each took 190 µs on one thread and 318 on two (bench/gpu_masks.py). Fewer rows than this are
-# computed on the calling thread.
+# A parallel region costs ~3-10 µs to start on the development VM (ms with a busy CPU) and a mask ~1-15 µs: 24 new
+# rows of ~1 µs each took 190 µs on one thread and 318 on two; with 16 as the threshold the bench's 64-row batches
+# were 0.5-0.9x as fast on two threads as on one (docs/serving.md, "Threads"). A pass over fewer rows than this
+# runs on the calling thread.
 PARALLEL_MIN_ROWS = 64
 _threadsafe_layer: bool | None = None
 _LAYER_LOCK = threading.Lock()
