@@ -33,7 +33,7 @@ from product._mask_cache import find as cache_find, holds as cache_holds, lookup
 from product._pointers import int32_at, int64_at, uint32_at
 
 __all__ = ["ForbiddenSets", "pack", "keep_mask", "copy_cached_mask", "batch_copy", "batch_compute", "batch_keep",
-           "COMPUTE", "DONE", "NO_ROOM", "BATCH_FIELDS", "BATCH_CACHE", "BATCH_SLABS", "BATCH_FORBIDDEN",
+           "COMPUTE", "DONE", "NO_ROOM", "BATCH_FIELDS", "BATCH_CACHE", "BATCH_SLABS", "BATCH_NUM_STATES", "BATCH_FORBIDDEN",
            "BATCH_DESCRIPTORS", "BATCH_M", "BATCH_EOS", "BATCH_NUM_EOS", "parallel_threads", "PARALLEL_MIN_ROWS", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS"]
 
@@ -208,7 +208,7 @@ def keep_mask(cache_address, slab_addresses, slab_rows, num_words, state, addres
 # ``maker_of[k]`` (the owner itself for a regex guide, a fragment's guide for a schema's; -1: the caller computes it,
 # e.g. a counter's mask), and goes to the ``num_words`` words at ``out_addresses[k]`` (distinct rows). Row g of
 # ``guides`` (int64[G, BATCH_FIELDS]) holds what an owner needs (its mask cache's record, ``product._mask_cache``,
-# and its slabs' address table) and what a maker needs (its forbidden table, its first row descriptor's address,
+# its slabs' address table and, when its states are exactly 0 .. n - 1, n: checked first) and what a maker needs (its forbidden table, its first row descriptor's address,
 # M and its EOS ids). The caller holds every owner's lock around ``batch_copy`` and ``batch_keep``, not
 # ``batch_compute``, so other threads use the guides while masks are computed (as ``Guide.fill_bitmask`` does for
 # one state).
@@ -220,8 +220,8 @@ def keep_mask(cache_address, slab_addresses, slab_rows, num_words, state, addres
 #     later entry of the batch took the slot (a batch of more new states than the cache holds); repeats copy their
 #     first entry's row.
 # The serial parts are ~50 ns an entry; copies and masks, split over numba's threads, are the batch's time.
-(BATCH_CACHE, BATCH_SLABS, BATCH_FORBIDDEN, BATCH_DESCRIPTORS, BATCH_M, BATCH_EOS, BATCH_NUM_EOS,
- BATCH_FIELDS) = range(8)
+(BATCH_CACHE, BATCH_SLABS, BATCH_NUM_STATES, BATCH_FORBIDDEN, BATCH_DESCRIPTORS, BATCH_M, BATCH_EOS, BATCH_NUM_EOS,
+ BATCH_FIELDS) = range(9)
 # an entry's kind; DONE: computed, cached meanwhile by another thread; NO_ROOM: to keep once the cache has grown
 _COPY, COMPUTE, _REPEAT, DONE, NO_ROOM = range(5)
 
@@ -238,11 +238,15 @@ def _copy_words(to, source, num_words):
 
 
 @njit(**_KERNEL)
-def _plan(guides, owner_of, states):
-    """batch_copy's serial part: each entry's kind and source (_COPY: its slot; _REPEAT: the first entry)."""
+def _plan(guides, owner_of, states, kind, source):
+    """batch_copy's serial part: each entry's kind and source (_COPY: its slot; _REPEAT: the first entry); returns
+    how many entries are to compute, or -1 - k when entry k's state is out of its owner's range (nothing done)."""
     n = len(states)
-    kind = np.empty(n, dtype=np.int64)
-    source = np.empty(n, dtype=np.int64)
+    for k in range(n):
+        limit = guides[owner_of[k], BATCH_NUM_STATES]
+        if states[k] < 0 or (limit > 0 and states[k] >= limit):
+            return -1 - k
+    computed = 0
     buckets = 1  # (owner, state) -> first entry, open addressing over 2n to 4n buckets
     while buckets < 2 * n:
         buckets *= 2
@@ -260,7 +264,8 @@ def _plan(guides, owner_of, states):
         first_owner[b], first_state[b], first_entry[b] = g, state, k
         source[k] = cache_lookup(int64_at(guides[g, BATCH_CACHE]), state)
         kind[k] = _COPY if source[k] >= 0 else COMPUTE
-    return kind, source
+        computed += source[k] < 0
+    return computed
 
 
 @njit(inline="always")
@@ -307,25 +312,25 @@ def _keep_entry(guides, owner_of, states, out_addresses, num_words, slab_rows, k
 
 # Each pass serial and parallel (range / prange: one Python function compiled twice would share numba's on-disk
 # cache entry, and the parallel one would be the serial one).
-_COPY_SIGNATURE = "Tuple((int64[::1], int64[::1]))(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64)"
+_COPY_SIGNATURE = "int64(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64, int64[::1], int64[::1])"
 _COMPUTE_SIGNATURE = "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64[::1])"
 _KEEP_SIGNATURE = "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64, int64[::1], int64[::1])"
 
 
 @njit(_COPY_SIGNATURE, **_KERNEL)
-def _batch_copy(guides, owner_of, states, out_addresses, num_words, slab_rows):
-    kind, source = _plan(guides, owner_of, states)
-    for k in range(len(states)):
+def _batch_copy(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
+    computed = _plan(guides, owner_of, states, kind, source)
+    for k in range(len(states) if computed >= 0 else 0):
         _copy_entry(guides, owner_of, out_addresses, num_words, slab_rows, kind, source, k)
-    return kind, source
+    return computed
 
 
 @njit(_COPY_SIGNATURE, parallel=True, **_KERNEL)
-def _batch_copy_parallel(guides, owner_of, states, out_addresses, num_words, slab_rows):
-    kind, source = _plan(guides, owner_of, states)
-    for k in prange(len(states)):
+def _batch_copy_parallel(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
+    computed = _plan(guides, owner_of, states, kind, source)
+    for k in prange(len(states) if computed >= 0 else 0):
         _copy_entry(guides, owner_of, out_addresses, num_words, slab_rows, kind, source, k)
-    return kind, source
+    return computed
 
 
 @njit(_COMPUTE_SIGNATURE, **_KERNEL)
@@ -368,10 +373,13 @@ def _batch_kernel(kernels, threads: int, rows: int):
 
 
 def batch_copy(guides, owner_of, states, out_addresses, num_words: int, slab_rows: int, threads: int = 1):
-    """The batch's plan — each entry's kind (``COMPUTE`` for a mask to compute) and source — and its cached rows
-    copied; see the passes above."""
-    return _batch_kernel(_BATCH_COPY, threads, len(states))(guides, owner_of, states, out_addresses, num_words,
-                                                            slab_rows)
+    """The batch's plan — each entry's kind (``COMPUTE`` for a mask to compute) and source, and the number of masks
+    to compute — and its cached rows copied; see the passes above. The number is -1 - k, and nothing is done, when
+    entry k's state is outside its owner's ``BATCH_NUM_STATES`` (where that is not 0)."""
+    kind, source = np.empty(len(states), dtype=np.int64), np.empty(len(states), dtype=np.int64)
+    computed = _batch_kernel(_BATCH_COPY, threads, len(states))(guides, owner_of, states, out_addresses, num_words,
+                                                                slab_rows, kind, source)
+    return kind, source, computed
 
 
 def batch_compute(guides, maker_of, inner, out_addresses, num_words: int, kind, computed: int,

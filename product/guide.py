@@ -55,7 +55,7 @@ from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product._mask_cache import MaskCache
 from product.forbidden import (BATCH_CACHE, BATCH_DESCRIPTORS, BATCH_EOS, BATCH_FIELDS, BATCH_FORBIDDEN, BATCH_M,
-                               BATCH_NUM_EOS, BATCH_SLABS, COMPUTE, DONE, NO_ROOM, ROW_DENSE, ROW_FIELDS, ROW_SPARSE,
+                               BATCH_NUM_EOS, BATCH_NUM_STATES, BATCH_SLABS, COMPUTE, DONE, NO_ROOM, ROW_DENSE, ROW_FIELDS, ROW_SPARSE,
                                ROW_SPARSE_PACKED, ForbiddenSets, batch_compute, batch_copy, batch_keep,
                                copy_cached_mask, keep_mask, pack, row_descriptor)
 from product._step_kernel import BAD_STATE, DISALLOWED, UNCACHED, StepTable, step
@@ -388,20 +388,17 @@ class Guide:
         token t is allowed. ``threads``: spread the batch over up to that many threads (numba's;
         ``product.fill_next_token_bitmasks`` explains when that pays). A bad buffer or state raises
         ``TypeError``/``ValueError`` before any row is written."""
-        if len(states) == 1:  # a decoder's step: one row copied or computed in place, no batch bookkeeping
-            address = _first_row_address(out, self.num_words)
-            if address:
-                self._fill_one(states[0], out, address)
-                return
-        view = _uint32_rows(out, len(states), self.num_words)
-        states = self._checked_states(states)
-        if view.strides[1] == 4 or self.num_words == 1:  # rows written where they are
-            rows = np.arange(len(states), dtype=np.int64) * view.strides[0] + view.ctypes.data
-            _fill_batch([self], np.zeros(len(states), dtype=np.int64), states, rows, threads)
-        else:  # a row's words are not adjacent: through a compact copy
+        address, row_bytes = _rows_address(out, len(states), self.num_words)
+        if not address:  # a row's words are not adjacent: through a compact copy
             compact = np.empty((len(states), self.num_words), dtype=np.uint32)
             self.fill_bitmask(states, compact, threads=threads)
-            view[: len(states)] = compact
+            _uint32_rows(out, len(states), self.num_words)[: len(states)] = compact
+        elif len(states) == 1:  # a decoder's step: one row copied or computed in place, no batch bookkeeping
+            self._fill_one(states[0], out, address)
+        elif len(states):
+            states = self._checked_states(states)
+            rows = np.arange(len(states), dtype=np.int64) * row_bytes + address
+            _fill_batch([self], np.zeros(len(states), dtype=np.int64), states, rows, threads)
 
     @cached_property
     def _batch_row(self) -> np.ndarray:
@@ -411,6 +408,7 @@ class Guide:
         row = np.zeros(BATCH_FIELDS, dtype=np.int64)
         row[BATCH_SLABS] = self._slabs_address
         if self._plain_masks:
+            row[BATCH_NUM_STATES] = self._num_states  # (checked by the kernel)
             row[BATCH_FORBIDDEN] = self._forbidden.table.ctypes.data
             row[BATCH_DESCRIPTORS] = self._descriptor_base
             row[BATCH_M] = self._M
@@ -431,16 +429,13 @@ class Guide:
         return [], np.full(len(states), -1, dtype=np.int64), states
 
     def _checked_states(self, states) -> np.ndarray:
-        """``states`` as int64, each checked (``_split``'s errors), without a Python call per state for a plain
-        guide (whose states are exactly 0 .. num_nodes * M - 1)."""
+        """``states`` as int64, each checked (``_split``'s errors) — a plain guide's range by the batch kernel
+        (``BATCH_NUM_STATES``), not a Python call per state."""
         array = np.asarray(states)
-        if array.dtype.kind not in "iu" or array.ndim != 1 or not self._plain_masks:
+        if array.dtype.kind not in "iu" or array.ndim != 1 or not self._plain_masks or array.dtype == np.uint64:
             for state in states:  # floats, bools, objects, a counter's states: each one's own error
                 self._split(state)
             return np.array([operator.index(state) for state in states], dtype=np.int64)
-        bad = (array < 0) | (array >= self._num_states)
-        if bad.any():
-            self._split(int(array[np.argmax(bad)]))
         return array.astype(np.int64, copy=False)
 
     def _fill_one(self, state: int, out, address: int) -> None:
@@ -1029,10 +1024,13 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
     _acquire(locks)
     try:
         fields[:, BATCH_CACHE] = [owner._cache.address for owner in owners]
-        kind, source = batch_copy(fields, owner_of, states, rows, num_words, _SLAB_ROWS, threads)
+        kind, source, computed = batch_copy(fields, owner_of, states, rows, num_words, _SLAB_ROWS, threads)
     finally:
         _release(locks)
-    computed = np.count_nonzero(kind == COMPUTE)
+    if computed < 0:  # a state out of range (an owner's ``_split`` says which and why); nothing written
+        bad = -1 - computed
+        owners[owner_of[bad]]._split(int(states[bad]))
+        raise AssertionError("the batch kernel and _split disagree on a state")
     if computed:
         if all(owner._plain_masks for owner in owners):  # regex guides: each computes its own masks
             batch_compute(fields, owner_of, states, rows, num_words, kind, computed, threads)
@@ -1041,7 +1039,7 @@ def _fill_batch(owners: list[Guide], owner_of: np.ndarray, states: np.ndarray, r
             batch_compute(np.concatenate([fields, makers]), maker_of, inner, rows, num_words, kind, computed, threads)
             for k in np.flatnonzero((kind == COMPUTE) & (maker_of < 0)).tolist():  # a counter's mask
                 owners[owner_of[k]]._fill_row(int(states[k]), _words_at(int(rows[k]), num_words))
-    elif np.count_nonzero(kind) == 0:  # every mask was cached (one of each state): nothing to keep
+    elif len(states) == 1 or not np.count_nonzero(kind):  # every mask was cached, one of each state: nothing to keep
         return
     _acquire(locks)
     try:
@@ -1107,23 +1105,27 @@ def _buffer_error(out, rows: int, num_words: int) -> str:
             f"{out.dtype} {list(out.shape)}")
 
 
-def _first_row_address(out, num_words: int) -> int:
-    """For a one-state ``fill_bitmask``: the address of the first row of ``out`` (a numpy array or a CPU torch
-    tensor, checked as ``fill_bitmask`` says), or 0 where that row's words are not adjacent. A torch tensor is read
-    without numpy: ``Tensor.numpy()`` and the uint32 view cost ~2 µs of a ~5 µs cached fill."""
+def _rows_address(out, rows: int, num_words: int) -> tuple[int, int]:
+    """For ``fill_bitmask``: where the first row of ``out`` (a numpy array or a CPU torch tensor, checked to hold
+    ``rows`` masks as ``fill_bitmask`` says) is and how many bytes there are from one row to the next; (0, 0) where a
+    row's words are not adjacent or rows overlap. A torch tensor is read without numpy: ``Tensor.numpy()`` and the
+    uint32 view cost ~2 µs of a ~5 µs cached fill."""
     torch = sys.modules.get("torch")  # not imported: ``out`` is no tensor (guides do not import torch themselves)
     if torch is not None and isinstance(out, torch.Tensor):
         shape, dtype = out.shape, out.dtype  # (each access costs ~1 µs, ~5 on a first fill after compiling)
         if not out.is_cpu:
             raise TypeError(f"fill_bitmask writes CPU buffers, not a tensor on {out.device}")
         if (dtype is not torch.int32 and dtype is not torch.uint32) or len(shape) != 2 or shape[1] != num_words or \
-                shape[0] < 1:
-            raise ValueError(_buffer_error(out, 1, num_words))
-        return out.data_ptr() if num_words == 1 or out.stride(1) == 1 else 0
+                shape[0] < rows:
+            raise ValueError(_buffer_error(out, rows, num_words))
+        words_step, row_step = (out.stride(1), out.stride(0)) if num_words > 1 else (1, out.stride(0))
+        apart = rows <= 1 or abs(row_step) >= num_words
+        return (out.data_ptr(), 4 * row_step) if words_step == 1 and apart else (0, 0)
     if not isinstance(out, np.ndarray):
         raise TypeError(f"fill_bitmask writes a numpy array or a CPU torch tensor, not {type(out).__name__}")
-    _check_array(out, 1, num_words)
-    return out.ctypes.data if out.strides[1] == 4 or num_words == 1 else 0
+    _check_array(out, rows, num_words)
+    adjacent = (out.strides[1] == 4 or num_words == 1) and (rows <= 1 or abs(out.strides[0]) >= 4 * num_words)
+    return (out.ctypes.data, out.strides[0]) if adjacent else (0, 0)
 
 
 def _uint32_rows(out, rows: int, num_words: int) -> np.ndarray:
