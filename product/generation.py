@@ -101,6 +101,15 @@ class Generation:
         return self.forced_tokens / max(1, len(self.token_ids))
 
 
+def _cache_keyword(model) -> str:
+    """The name of the KV cache in the model's forward and its output: ``cache`` from transformers 5.x on
+    (``past_key_values`` there still works, with a deprecation warning on every first use: printed by the CLI),
+    ``past_key_values`` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
 @torch.no_grad()
 def generate(model, guide: Guide, prompt_ids, *, max_new_tokens: int = 256, do_sample: bool = False,
              temperature: float = 1.0, generator: torch.Generator | None = None, overlap: bool = True) -> Generation:
@@ -112,6 +121,7 @@ def generate(model, guide: Guide, prompt_ids, *, max_new_tokens: int = 256, do_s
     of before it. The result is the same either way; docs/serving.md has the step times.
     """
     device = next(model.parameters()).device
+    cache_keyword = _cache_keyword(model)
     state, out = guide.initial_state, []
     feed, past, passes, forced = list(prompt_ids), None, 0, 0
     bitmask = torch.zeros((1, guide.num_words), dtype=torch.int32)
@@ -135,13 +145,13 @@ def generate(model, guide: Guide, prompt_ids, *, max_new_tokens: int = 256, do_s
             fill = None
         elif device.type != "cuda":
             pending = _overlap_thread().submit(fill)
-        result = model(input_ids=torch.tensor([feed], device=device), past_key_values=past, use_cache=True)
+        result = model(input_ids=torch.tensor([feed], device=device), use_cache=True, **{cache_keyword: past})
         passes += 1
         if pending is not None:
             pending.result()
         elif fill is not None:  # CUDA: the pass is launched and runs on the GPU meanwhile
             fill()
-        past = result.past_key_values
+        past = getattr(result, cache_keyword)
         logits = apply_bitmask(result.logits[:, -1, :].float(), bitmask)
         if do_sample:
             probs = torch.softmax(logits / temperature, dim=-1)
