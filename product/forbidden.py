@@ -328,7 +328,8 @@ def _batch_copy(guides, owner_of, states, out_addresses, num_words, slab_rows, k
 @njit(_COPY_SIGNATURE, parallel=True, **_KERNEL)
 def _batch_copy_parallel(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
     computed = _plan(guides, owner_of, states, kind, source)
-    for k in prange(len(states) if computed >= 0 else 0):
+    rows = len(states) if computed >= 0 else 0  # a bound numba's prange takes (not a conditional expression)
+    for k in prange(rows):
         _copy_entry(guides, owner_of, out_addresses, num_words, slab_rows, kind, source, k)
     return computed
 
