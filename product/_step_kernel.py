@@ -34,7 +34,8 @@ INCONSISTENT = -4  # an allowed token without a move: the compiled guide is corr
 (_M, _NUM_NODES, _NUM_OPEN, _NUM_CONTEXTS, _VOCAB, _NUM_WORDS, _SLAB_ROWS, _NUM_EOS, _NUM_KEYS,
  _NODE_Q, _NODE_CTX, _OFFSETS, _TOKENS, _TARGETS, _KEYS, _KEY_NODES, _EOS,
  _INSIDE_NEXT, _BOUNDARY_NEXT, _AFTER_CLASS, _FORBID_OFFSETS, _FORBID_POSITION, _FORBID_STARTS, _FORBID_ENDS,
- _PENDING_OFFSETS, _PENDING_TOKENS, _PENDING_NEXT, _SLABS, _TABLE_SIZE) = range(29)
+ _PENDING_OFFSETS, _PENDING_TOKENS, _PENDING_NEXT, _SLABS, _COMMON_TARGET, _COMMON_ROW, _COMMON_WORDS,
+ _TABLE_SIZE) = range(32)
 
 
 class StepTable:
@@ -49,6 +50,7 @@ class StepTable:
     def __init__(self, guide, slab_rows: int, slab_addresses: np.ndarray) -> None:
         A = guide._automaton
         R = guide._transitions
+        common_target, common_row, common_words = R.common_arrays(guide.num_words)
         num_contexts = A.num_open_contexts + len(A.pending_offsets) - 1
         keys = guide._node_q.astype(np.int64) * num_contexts + guide._node_ctx.astype(np.int64)
         order = np.argsort(keys, kind="stable")
@@ -63,6 +65,8 @@ class StepTable:
             _FORBID_ENDS: (A.forbid_ends, np.int32), _PENDING_OFFSETS: (A.pending_offsets, np.int64),
             _PENDING_TOKENS: (A.pending_tokens, np.int32), _PENDING_NEXT: (A.pending_next, np.int16),
             _SLABS: (slab_addresses, np.int64),  # the guide's, filled in as its cache grows
+            _COMMON_TARGET: (common_target, np.int32), _COMMON_ROW: (common_row, np.int32),
+            _COMMON_WORDS: (common_words, np.uint32),
         }
         self.table = np.zeros(_TABLE_SIZE, dtype=np.int64)
         self.table[:_NODE_Q] = (guide._M, len(guide._node_q), A.num_open_contexts, num_contexts,
@@ -136,13 +140,19 @@ def step(table_address, state, token, cache_address, allowed):
     for k in range(table[_NUM_EOS]):
         if eos[k] == token:
             return state
-    # the regex state's edge for this token: binary search in its row of ascending tokens
+    # the regex state's edge for this token: its row's common target if the token is in the row's set, else a
+    # binary search in the row's listed tokens (ascending)
     q = np.int64(_i32(table[_NODE_Q])[node])
-    offsets, tokens = _i64(table[_OFFSETS]), _i32(table[_TOKENS])
-    i = _lower_bound(tokens, offsets[q], offsets[q + 1], token)
-    if i == offsets[q + 1] or tokens[i] != token:
-        return INCONSISTENT
-    target = np.int64(_i32(table[_TARGETS])[i])
+    common_row = np.int64(_i32(table[_COMMON_ROW])[q])
+    if common_row >= 0 and (_u32(table[_COMMON_WORDS])[common_row * table[_NUM_WORDS] + (token >> 5)]
+                            >> np.uint32(token & 31)) & np.uint32(1):
+        target = np.int64(_i32(table[_COMMON_TARGET])[q])
+    else:
+        offsets, tokens = _i64(table[_OFFSETS]), _i32(table[_TOKENS])
+        i = _lower_bound(tokens, offsets[q], offsets[q + 1], token)
+        if i == offsets[q + 1] or tokens[i] != token:
+            return INCONSISTENT
+        target = np.int64(_i32(table[_TARGETS])[i])
     # the canonical context after the token (class_after with known_allowed=True)
     ctx = np.int64(_i32(table[_NODE_CTX])[node])
     num_open = table[_NUM_OPEN]

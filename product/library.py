@@ -29,7 +29,7 @@ from product.guide import Guide, _per_automaton
 
 __all__ = ["FragmentStore", "default_library_dir"]
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: compact token transitions (TokenTransitions.compact)
 
 
 def default_library_dir() -> Path:

@@ -10,6 +10,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from automata import Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
 from bpe import DisallowedTokenError, direct_merge
@@ -533,6 +535,19 @@ def test_token_transitions_are_the_dfa_run_over_each_tokens_bytes(name):
             expected = dfa.run(spelled, q)
             assert transitions.target(q, t) == (expected if expected >= 0 else -1), (q, t)
     assert len(transitions.tokens) > 0
+    # What a compiled guide keeps: each row's most common target as a shared bit set, the same edges
+    compact = transitions.compact(automaton.vocab_size)
+    assert compact.is_compact and 0 < (compact.common_row >= 0).sum() and compact.nbytes < transitions.nbytes
+    for q in range(dfa.num_states):
+        for kept, listed in zip(compact.row(q), transitions.row(q)):
+            assert np.array_equal(kept, listed), q
+    for t in sample[::4].tolist():
+        for q in range(dfa.num_states):
+            assert compact.target(q, t) == transitions.target(q, t), (q, t)
+    string = r'"[^"\\\x00-\x1f]*"'  # a free-text state: nearly every token leads back to it
+    listed = token_regex.TokenTransitions.build(from_regex(string), vocabulary_trie(automaton))
+    kept = compile_regex(string, automaton)._transitions
+    assert kept.is_compact and kept.nbytes < listed.nbytes / 10
 
 
 def test_bad_input_gets_typed_errors():
@@ -794,3 +809,19 @@ def test_node_table_numbers_keys_in_first_seen_order_across_growth():
         assert table.ids(keys).tolist() == expected
     assert len(table) == len(numbering)
     assert table.keys[: len(table)].tolist() == list(numbering)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 5), max_size=4), max_size=12))
+def test_equal_pending_rows_are_stored_once_and_read_back_unchanged(rows):
+    """A compiled guide keeps equal pending rows once (``_share_equal_rows``): every row reads back as it was, and
+    the table holds each distinct row exactly once."""
+    from automata.dfa import row_bounds
+    from product.guide import _share_equal_rows
+
+    tokens = np.array([t for row in rows for t in row], dtype=np.int32)
+    bounds = row_bounds(np.array([len(row) for row in rows], dtype=np.int64))
+    shared, shared_bounds, index = _share_equal_rows(tokens, bounds)
+    for i, row in enumerate(rows):
+        assert shared[shared_bounds[index[i]]:shared_bounds[index[i] + 1]].tolist() == row
+    assert len(shared_bounds) - 1 == len({tuple(row) for row in rows})
