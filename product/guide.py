@@ -213,7 +213,7 @@ class Guide:
         if type(self) is Guide and _seeds is None:
             # What a plain guide keeps, shrunk (a counted guide reads its edges and pending table while it runs: kept
             # as compiled): token transitions compact, equal pending rows stored once. Over the 499 fragments of 48
-            # MaskBench schemas on Llama-3, 3.9 GB -> 168 MB and 413 -> 6 MB (docs/optimizations.md).
+            # MaskBench schemas on Llama-3, 3,902 -> 168 MB and 413 -> 109 MB (docs/optimizations.md).
             self._transitions = transitions.compact(self.vocab_size)
             self._pending_row_tokens, self._pending_row_bounds, shared = _share_equal_rows(
                 self._pending_row_tokens, self._pending_row_bounds)
