@@ -11,7 +11,9 @@ and walks each valid instance's runtime encoding filling a torch int32 next-toke
   this engine's run, which starts with an empty fragment library (its own ``CANONMERGE_CACHE_DIR``, whose
   tokenizer assets and canonical automata are links to the real cache) — fragments compiled for earlier
   schemas of the run are reused, as a user's library would be; *warm* is a second compile of the same schema
-  right after, every fragment then in the library.
+  right after, every fragment then in the library. Before its first schema, each worker compiles, masks and
+  walks a small schema of every value type outside the timings (numba's kernels load, or in a fresh checkout
+  compile, on first use) and empties the in-memory library again.
 - ``llguidance`` (1.9.1), ``xgrammar`` (0.2.8), ``outlines-core`` (0.2.14): each peer built from the same
   ``tokenizer.json`` by ``bench/peers.py``'s classes, with its default JSON-Schema settings (xgrammar:
   ``any_whitespace=True, strict_mode=True``, properties in schema order; outlines-core: ``[ ]?`` whitespace).
@@ -91,6 +93,28 @@ class _CanonmergeEngine:
         self.runtime = runtime
         self.canonical = compile_tokenizer(tokenizer_source(tokenizer))
         self.layout = f"vegas.format_instance(style={style!r})"
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Outside the timings: numba loads its kernels on first use, and compiles them in a checkout that has not
+        run them yet (tens of seconds here, which made a fresh checkout's first schemas time out). A small schema
+        of every value type is compiled (memory only), masked and walked, then the in-memory fragments are
+        dropped: each schema's first compile still reuses only what earlier schemas of the run compiled."""
+        import torch
+        from product.stitched import fragment_library
+
+        schema = {"type": "object", "required": ["s"], "properties": {
+            "s": {"type": "string", "maxLength": 40}, "i": {"type": "integer", "minimum": 0, "maximum": 100},
+            "n": {"type": "number"}, "b": {"type": "boolean"}, "a": {"type": "array", "items": {"type": "string"}},
+            "e": {"enum": ["x", "y"]}, "d": {"type": "string", "format": "date-time"}}}
+        data = {"s": "héllo", "i": 7, "n": -1.5e3, "b": True, "a": ["q", "r"], "e": "x", "d": "2024-01-02T03:04:05Z"}
+        guide = self.vegas.compile_schema(schema, self.canonical, style=self.style, library_dir=False)
+        ids = self.runtime.encode(self.text(data, schema), add_special_tokens=False).ids
+        out = torch.zeros((1, guide.num_words), dtype=torch.int32)
+        accepted, _, _ = self.walk(guide, ids, out, [])
+        if not accepted or not guide.accepts(ids):
+            raise AssertionError(f"the warm-up instance was rejected ({self.style})")
+        fragment_library(self.canonical).clear()
 
     def compile(self, schema):
         return self.vegas.compile_schema(schema, self.canonical, style=self.style)

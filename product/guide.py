@@ -40,6 +40,7 @@ in a bounded LRU cache per guide whose rows are preallocated (computing a mask a
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import operator
 import sys
 import threading
@@ -313,7 +314,9 @@ class Guide:
         guide._node_of = dict(zip(zip(guide._node_q.tolist(), guide._node_ctx.tolist()), range(N)))
         guide._is_pending = guide._node_ctx >= guide._automaton.num_open_contexts
         data, bounds = arrays["row_data"], arrays["row_bounds"]
-        parts = [data[lo:hi] for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
+        # copies, not views: the packed ones are then shared with other guides (``_PackedRows``) and the file's
+        # row_data is not kept alive by the rest
+        parts = [data[lo:hi].copy() for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist())]
         rows: list[tuple] = [()] * N
         i = 0
         for node, kind in zip(np.flatnonzero(arrays["row_kinds"]).tolist(),
@@ -721,15 +724,15 @@ class Guide:
     def _describe_row(self, node: int) -> None:
         """Write node ``node``'s row descriptor from ``_rows[node]`` (its arrays made C-contiguous of the dtypes the
         kernel reads, and kept there)."""
-        row = self._rows[node]
+        row, packed = self._rows[node], _packed_rows(self._tokens)
         if row[0] and row[1] is not None:
-            row = (True, _words(row[1]), _NO_TOKENS, _tokens(row[3]), _tokens(row[4]))
+            row = (True, packed.shared(_words(row[1])), _NO_TOKENS, _tokens(row[3]), _tokens(row[4]))
             kind, arrays = ROW_SPARSE_PACKED, (row[1], row[3], row[4])
         elif row[0]:
             row = (True, None, _tokens(row[2]), _tokens(row[3]), _tokens(row[4]))
             kind, arrays = ROW_SPARSE, row[2:]
         else:
-            row = (False, _words(row[1]), _words(row[2]))
+            row = (False, packed.shared(_words(row[1])), packed.shared(_words(row[2])))
             kind, arrays = ROW_DENSE, row[1:]
         self._rows[node] = row
         self._row_descriptors[node] = row_descriptor(kind, self._final[node], *arrays)
@@ -985,6 +988,34 @@ class Guide:
 
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
+
+
+class _PackedRows:
+    """The packed rows (vocabulary-wide bit sets) of every guide of one tokenizer, each distinct row held once.
+    Fragments of one schema and of different schemas repeat the same free-text rows: over the 48 bench schemas'
+    fragments on Llama-3, 389 MB of rows, 19 MB distinct. Held weakly (a row goes with its last guide), looked up
+    by a 128-bit hash and compared before being shared. A guide's ``memory_bytes`` still counts its shared rows."""
+
+    def __init__(self) -> None:
+        self._rows: "weakref.WeakValueDictionary[bytes, np.ndarray]" = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    def shared(self, words: np.ndarray) -> np.ndarray:
+        """The held row equal to ``words`` (C-contiguous uint32), or ``words`` itself (a copy if it is a view of a
+        larger array), held from now on."""
+        key = hashlib.blake2b(words, digest_size=16).digest()
+        with self._lock:
+            held = self._rows.get(key)
+            if held is not None and np.array_equal(held, words):
+                return held
+            own = words if words.base is None else words.copy()
+            if held is None:
+                self._rows[key] = own
+            return own
+
+
+def _packed_rows(canonical: CanonicalAutomaton) -> _PackedRows:
+    return _per_automaton(canonical, "packed rows", _PackedRows)
 
 
 def _share_equal_rows(tokens: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

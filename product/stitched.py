@@ -185,6 +185,15 @@ class FragmentLibrary:
                 self._bytes -= self._size.pop(evicted)
         return fragment, compiled
 
+    def clear(self) -> None:
+        """Drop every fragment held in memory (guides built from them keep theirs; the disk is untouched)."""
+        with self._lock:
+            self._fragments.clear()
+            self._size.clear()
+            self._dead.clear()
+            self._soft.clear()
+            self._bytes = 0
+
     @property
     def memory_bytes(self) -> int:
         """Bytes of the fragments' guides held (at most ``max_bytes``, unless one fragment alone is larger)."""

@@ -825,3 +825,22 @@ def test_equal_pending_rows_are_stored_once_and_read_back_unchanged(rows):
     for i, row in enumerate(rows):
         assert shared[shared_bounds[index[i]]:shared_bounds[index[i] + 1]].tolist() == row
     assert len(shared_bounds) - 1 == len({tuple(row) for row in rows})
+
+
+def test_guides_of_one_tokenizer_hold_equal_packed_rows_once():
+    """A free-text state's packed rows are the same in every guide that has one: held once (``_PackedRows``), and
+    a stored guide read back shares them too; masks are unchanged (the tests above check them against the
+    runtime)."""
+    automaton = automaton_of("llama3")
+    string = r'"[^"\\\x00-\x1f]*"'
+    first, second = compile_regex(string, automaton), compile_regex(r'\{"k": ' + string + r'\}', automaton)
+
+    def packed(guide):
+        return {id(a) for row in guide._rows if row and not row[0] for a in row[1:]}
+
+    assert packed(first) and packed(first) & packed(second)
+    loaded = Guide._from_arrays(first._to_arrays(), automaton)
+    assert packed(loaded) == packed(first)
+    for node in [n for n, row in enumerate(first._rows) if row and not row[0]]:
+        state = node * first._M  # merge class 0: forbids nothing
+        assert np.array_equal(loaded.allowed(state), first.allowed(state))

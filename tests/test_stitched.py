@@ -189,6 +189,11 @@ def test_the_memory_library_keeps_to_its_byte_budget():
     assert all(np.array_equal(a, b) for a, b in zip(_walk_masks(first, 1), _walk_masks(reference, 1), strict=True))
     again = compile_stitched(skeleton, compiler.leaves, canonical, library=tight)
     assert again.fragments_compiled > 0
+    roomy.clear()  # memory emptied: every fragment compiled again, the same guide
+    assert len(roomy) == 0 and roomy.memory_bytes == 0
+    cleared = compile_stitched(skeleton, compiler.leaves, canonical, library=roomy)
+    assert cleared.fragments_compiled == cleared.num_fragments and roomy.memory_bytes == total
+    assert all(np.array_equal(a, b) for a, b in zip(_walk_masks(cleared, 2), _walk_masks(reference, 2), strict=True))
 
 
 def _walk_masks(guide, seed: int, steps: int = 60) -> list[np.ndarray]:
