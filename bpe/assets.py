@@ -353,7 +353,7 @@ def native_runtime(name: str):
     raise AssetError(f"no native runtime for {name!r}; known: {', '.join(NATIVE_TOKENIZERS)}")
 
 
-def reference_runtime(name: str):
+def reference_runtime(name: str, model=None):
     """The HF ``tokenizers`` runtime of a named tokenizer, set up for continuations (the oracle of tests).
 
     Continuation mode: no special tokens are added (pass ``add_special_tokens=False``) and SentencePiece's
@@ -361,7 +361,9 @@ def reference_runtime(name: str):
     are removed. Everything else is the published tokenizer file, run by the real runtime. SmolLM2 ships
     only as GGUF; its runtime is built from the GGUF vocabulary and merges with the pre-tokenizer llama.cpp
     names for it (``smollm``: digits split one by one, then the GPT-2 regex). cl100k and Tekken likewise get the
-    runtime built from the loaded model; ``native_runtime`` is their own (tests check the two agree).
+    runtime built from the loaded model; ``native_runtime`` is their own (tests check the two agree). ``model``:
+    that tokenizer already loaded by ``load_tokenizer(tokenizer_source(name))``, for those three (not read again:
+    parsing SmolLM2's GGUF takes ~13 s here).
     """
     import json as _json
 
@@ -370,7 +372,7 @@ def reference_runtime(name: str):
     from bpe.loaders import _gpt2_files_to_json, load_tokenizer, to_runtime_tokenizer
 
     if name in ("smollm2", *NATIVE_TOKENIZERS):
-        return to_runtime_tokenizer(load_tokenizer(tokenizer_source(name)))
+        return to_runtime_tokenizer(model if model is not None else load_tokenizer(tokenizer_source(name)))
     if name == "gpt2":
         data = _gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))
     else:

@@ -71,7 +71,7 @@ def _canonical(source, label: str):
 def _runtime(name: str | None, model):
     """The HF ``tokenizers`` runtime that encodes prompts and checks outputs, in continuation mode."""
     if name in TOKENIZERS:
-        return reference_runtime(name)
+        return reference_runtime(name, model)
     from bpe.loaders import to_runtime_tokenizer
 
     return to_runtime_tokenizer(model)
