@@ -12,7 +12,13 @@ patterns, e.g. 4.4 of the IPv4 regex's 5.7 ms). Here the tree is read once:
    may come right after position p (sets are Python ints used as bitsets);
 3. the characters the pattern names are grouped into classes by the set of positions that accept them; the
    characters it never names are one more class (interegular's ``anything_else``);
-4. subset construction from a virtual start position whose follow set is the root's first positions.
+4. subset construction from a virtual start position whose follow set is the root's first positions: compiled,
+   over follow lists (``_subsets_kernel``), or over the bitsets where follow sets are too large to list.
+
+Follow sets are sparse in the regexes ``product.stitched`` writes (two positions each on average), and a
+subset state over Python-int bitsets costs operations on P-bit ints: a YAML fragment of 26,070 positions and
+21,270 states took 2.8 s that way, 0.65 s now (the rest is steps 1-3); MaskBench's o41692 in YAML on Llama-3
+compiled cold in 30 s, 17.5 s now.
 
 The result is the same language as interegular's FSM (tests compare the minimal DFAs on many patterns), not
 necessarily the same states: the caller minimises.
@@ -23,9 +29,11 @@ caller falls back to interegular's own construction (which implements lookaheads
 
 from __future__ import annotations
 
+import itertools
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, REFlags, _CharGroup, _Concatenation, _Repeated
 
@@ -131,11 +139,12 @@ class _Positions:
         raise _Unsupported  # lookarounds
 
 
-def char_dfa(tree: Pattern, max_states: int) -> CharDFA | None:
+def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> CharDFA | None:
     """The DFA of ``tree`` (interegular's parse), or None if it uses what this construction leaves out.
 
     Raises ``StateLimitError`` past ``max_states`` states (or 4x as many positions) and ``RegexError`` for a
-    repetition whose minimum exceeds its maximum.
+    repetition whose minimum exceeds its maximum. ``sparse`` picks step 4's implementation (None: by the size of
+    the follow sets; both give the same DFA, numbered alike).
     """
     positions = _Positions(4 * max_states)
     try:
@@ -144,37 +153,262 @@ def char_dfa(tree: Pattern, max_states: int) -> CharDFA | None:
         return None
     num_positions = len(positions.chars)
 
-    # Step 3: per named character, the positions accepting it; classes are the distinct such sets.
-    accepts_anything_else = sum(1 << p for p, negated in enumerate(positions.negated) if negated)
-    named: dict[str, int] = {}
-    for p, chars in enumerate(positions.chars):
+    # Step 3: classes. Positions naming the same characters (equal sets, the same negation) form a group; two
+    # characters are in one class iff the same groups name them. Characters the pattern never names are class 0.
+    # A class accepts the plain positions naming it and the negated positions not naming it.
+    group_of: dict[tuple, int] = {}
+    group_chars: list[frozenset] = []
+    group_negated: list[bool] = []
+    position_group = []
+    for chars, negated in zip(positions.chars, positions.negated):
+        g = group_of.setdefault((chars, negated), len(group_chars))
+        if g == len(group_chars):
+            group_chars.append(chars)
+            group_negated.append(negated)
+        position_group.append(g)
+    naming: dict[str, list[int]] = {}  # character -> the groups naming it, in first-appearance order
+    for g, chars in enumerate(group_chars):
         for c in chars:
             if len(c) == 1:  # case folding can name multi-character strings ('ß'.upper()); no character is one
-                named[c] = named.get(c, 0) | 1 << p
-    class_of_set: dict[int, int] = {}
-    mapping = {anything_else: class_of_set.setdefault(accepts_anything_else, 0)}
-    for c, toggled in named.items():  # a named character flips the negated positions naming it off, the rest on
-        mapping[c] = class_of_set.setdefault(accepts_anything_else ^ toggled, len(class_of_set))
-    class_sets = list(class_of_set)
+                naming.setdefault(c, []).append(g)
+    class_of_key: dict[tuple, int] = {(): 0}
+    mapping = {anything_else: 0}
+    for c, groups in naming.items():
+        mapping[c] = class_of_key.setdefault(tuple(groups), len(class_of_key))
+    num_classes = len(class_of_key)
+    own: list[set] = [set() for _ in group_chars]  # per group: the classes of the characters it names
+    for c, groups in naming.items():
+        for g in groups:
+            own[g].add(mapping[c])
+    group_classes = [[k for k in range(num_classes) if k not in own[g]] if negated else sorted(own[g])
+                     for g, negated in enumerate(group_negated)]
+    classes_of = [group_classes[g] for g in position_group]  # per position: exactly the classes accepting it
 
-    # Per position, the classes that accept it, as a bitset: a named position's are its characters' classes, a
-    # negated one is accepted by almost every class. A subset state tries only its positions' classes (a
-    # skeleton's state has one or two positions of one class each, among dozens of classes).
-    every_class = (1 << len(class_sets)) - 1
-    classes_of = [every_class if negated else 0 for negated in positions.negated]
-    for c, toggled in named.items():
-        while toggled:
-            low = toggled & -toggled
-            classes_of[low.bit_length() - 1] |= 1 << mapping[c]
-            toggled ^= low
-
-    # Step 4: subset construction; state 0 is the virtual start, followed by the root's first positions. Classes
-    # are tried in increasing order, so states are numbered as a walk over every class would number them.
-    start = 1 << num_positions
+    # Step 4: subset construction; state 0 is the virtual start (position ``num_positions``), followed by the
+    # root's first positions. Classes are tried in increasing order, so states are numbered as a walk over every
+    # class would number them.
     follow = positions.follow + [first]
+    sizes = [f.bit_count() for f in follow]
+    if sparse is None:
+        # Follow sets as lists cost their entries (two per position in a JSON fragment's regex); as bitsets, each
+        # subset state costs a few operations on P-bit ints, O(P) each. A YAML fragment of MaskBench's o41692
+        # (26,070 positions, 21,270 states): 2.8 s as bitsets.
+        sparse = sum(sizes) <= _SPARSE_ENTRIES
+    if sparse:
+        sources, classes, targets, subsets = _sparse_subsets(follow, sizes, classes_of, max_states)
+        last_positions = set(_positions_of(last))
+        accepting = np.array([not last_positions.isdisjoint(subset) for subset in subsets], dtype=bool)
+    else:
+        sources, classes, targets, subsets = _bitset_subsets(follow, classes_of, num_classes, max_states)
+        accepting = np.array([bool(s & last) for s in subsets], dtype=bool)
+    accepting[0] = nullable
+    class_target = np.full((len(subsets), num_classes + 1), MISSING, dtype=np.int32)
+    class_target[sources, classes] = targets
+    return CharDFA(class_target, accepting, 0, mapping)
+
+
+_SPARSE_ENTRIES = 1 << 25  # follow entries at most for the sparse subset construction (int64 arrays: 256 MB)
+
+
+def _positions_of(bits: int) -> list[int]:
+    """The set bits of ``bits``, ascending (taken from the top: the int shrinks as they go)."""
+    out = []
+    while bits:
+        top = bits.bit_length() - 1
+        out.append(top)
+        bits ^= 1 << top
+    out.reverse()
+    return out
+
+
+def _sparse_subsets(follow: list[int], sizes: list[int], classes_of: list[list[int]], max_states: int):
+    """Step 4 over follow and class lists (compiled: ``_subsets_kernel``): edges (sources, classes, targets) and
+    each state's positions. ``sizes``: the follow sets' sizes (most are one position: its bit is the top one)."""
+    follow_lists = [[f.bit_length() - 1] if k == 1 else _positions_of(f) for f, k in zip(follow, sizes)]
+    follow_start = np.zeros(len(follow) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=follow_start[1:])
+    follow_pos = np.fromiter(itertools.chain.from_iterable(follow_lists), dtype=np.int64, count=int(follow_start[-1]))
+    class_start = np.zeros(len(classes_of) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c in classes_of], out=class_start[1:])
+    class_pos = np.fromiter(itertools.chain.from_iterable(classes_of), dtype=np.int64, count=int(class_start[-1]))
+    num_classes = int(class_pos.max()) + 1 if len(class_pos) else 1
+    result = _subsets_kernel(follow_start, follow_pos, class_start, class_pos, num_classes, max_states)
+    state_start, state_pos, sources, classes, targets, ok = result
+    if not ok:
+        raise StateLimitError(f"more than max_states={max_states} character states")
+    state_pos = state_pos.tolist()
+    bounds = state_start.tolist()
+    subsets = [state_pos[a:b] for a, b in zip(bounds, bounds[1:])]
+    return sources, classes, targets, subsets
+
+
+@njit(cache=True, nogil=True)
+def _subsets_kernel(follow_start, follow_pos, class_start, class_pos, num_classes, max_states):
+    """The subset construction from the virtual start (the last position). A state is a sorted list of positions,
+    held in ``state_pos[state_start[s]:state_start[s + 1]]`` and found by an open-addressed hash table. Per
+    state: the positions its positions may be followed by (``reach``, each once), bucketed by the classes that
+    accept them (in increasing position order, so each target is sorted), then one target per class, classes in
+    increasing order. Returns (state_start, state_pos, sources, classes, targets, False if past max_states)."""
+    virtual = len(follow_start) - 2
+    state_start = np.zeros(1024, dtype=np.int64)
+    state_pos = np.empty(4096, dtype=np.int64)
+    state_pos[0] = virtual
+    state_start[1] = 1
+    num_states = 1
+    capacity = 1024
+    table = np.full(capacity, -1, dtype=np.int64)
+    table[_subset_hash(state_pos, 0, 1) & (capacity - 1)] = 0
+    sources = np.empty(1024, dtype=np.int64)
+    classes = np.empty(1024, dtype=np.int64)
+    targets = np.empty(1024, dtype=np.int64)
+    num_edges = 0
+    mark = np.full(virtual + 1, -1, dtype=np.int64)
+    reach = np.empty(virtual + 1, dtype=np.int64)
+    count = np.zeros(num_classes, dtype=np.int64)
+    offset = np.zeros(num_classes, dtype=np.int64)
+    touched = np.empty(num_classes, dtype=np.int64)
+    bucket = np.empty(16, dtype=np.int64)
+    s = 0
+    while s < num_states:
+        # the positions that may follow this state's positions, each once, sorted
+        r = 0
+        for i in range(state_start[s], state_start[s + 1]):
+            p = state_pos[i]
+            for j in range(follow_start[p], follow_start[p + 1]):
+                q = follow_pos[j]
+                if mark[q] != s:
+                    mark[q] = s
+                    reach[r] = q
+                    r += 1
+        _sort_small(reach, r)
+        reached = reach[:r]
+        # bucket them by class: counts, offsets (classes in increasing order), then the positions
+        t = 0
+        total = 0
+        for q in reached:
+            for j in range(class_start[q], class_start[q + 1]):
+                c = class_pos[j]
+                if count[c] == 0:
+                    touched[t] = c
+                    t += 1
+                count[c] += 1
+                total += 1
+        _sort_small(touched, t)
+        order = touched[:t]
+        if total > len(bucket):
+            bucket = np.empty(2 * total, dtype=np.int64)
+        at = 0
+        for c in order:
+            offset[c] = at
+            at += count[c]
+        for q in reached:
+            for j in range(class_start[q], class_start[q + 1]):
+                c = class_pos[j]
+                bucket[offset[c]] = q
+                offset[c] += 1
+        for c in order:
+            end = offset[c]
+            begin = end - count[c]
+            count[c] = 0
+            size = end - begin
+            # the target state: found, or added
+            h = _subset_hash(bucket, begin, end)
+            slot = h & (capacity - 1)
+            target = -1
+            while table[slot] >= 0:
+                u = table[slot]
+                a, b = state_start[u], state_start[u + 1]
+                if b - a == size:
+                    same = True
+                    for k in range(size):
+                        if state_pos[a + k] != bucket[begin + k]:
+                            same = False
+                            break
+                    if same:
+                        target = u
+                        break
+                slot = (slot + 1) & (capacity - 1)
+            if target < 0:
+                if num_states >= max_states:
+                    return state_start[:num_states + 1], state_pos, sources[:num_edges], classes[:num_edges], \
+                        targets[:num_edges], False
+                target = num_states
+                used = state_start[num_states]
+                if used + size > len(state_pos):
+                    state_pos = _grown(state_pos, used + size)
+                state_pos[used:used + size] = bucket[begin:end]
+                if num_states + 2 > len(state_start):
+                    state_start = _grown(state_start, num_states + 2)
+                state_start[num_states + 1] = used + size
+                num_states += 1
+                table[slot] = target
+                if 2 * num_states > capacity:  # keep the table at most half full
+                    capacity *= 2
+                    table = np.full(capacity, -1, dtype=np.int64)
+                    for u in range(num_states):
+                        slot = _subset_hash(state_pos, state_start[u], state_start[u + 1]) & (capacity - 1)
+                        while table[slot] >= 0:
+                            slot = (slot + 1) & (capacity - 1)
+                        table[slot] = u
+            if num_edges >= len(sources):
+                sources, classes, targets = _grown(sources, num_edges + 1), _grown(classes, num_edges + 1), \
+                    _grown(targets, num_edges + 1)
+            sources[num_edges], classes[num_edges], targets[num_edges] = s, c, target
+            num_edges += 1
+        s += 1
+    return state_start[:num_states + 1], state_pos, sources[:num_edges], classes[:num_edges], targets[:num_edges], \
+        True
+
+
+@njit(cache=True, nogil=True)
+def _sort_small(values, n):
+    """Sort ``values[:n]`` in place: insertion sort for the few positions of most states, else numpy's."""
+    if n > 16:
+        values[:n] = np.sort(values[:n])
+        return
+    for i in range(1, n):
+        v = values[i]
+        j = i - 1
+        while j >= 0 and values[j] > v:
+            values[j + 1] = values[j]
+            j -= 1
+        values[j + 1] = v
+
+
+@njit(cache=True, nogil=True)
+def _subset_hash(values, begin, end):
+    h = np.uint64(end - begin) * np.uint64(0x9E3779B97F4A7C15)
+    for i in range(begin, end):
+        h = (h ^ np.uint64(values[i])) * np.uint64(0xBF58476D1CE4E5B9)
+        h ^= h >> np.uint64(31)
+    return np.int64(h >> np.uint64(1))
+
+
+@njit(cache=True, nogil=True)
+def _grown(array, need):
+    size = len(array)
+    while size < need:
+        size *= 2
+    out = np.empty(size, dtype=array.dtype)
+    out[:len(array)] = array
+    return out
+
+
+def _bitset_subsets(follow: list[int], classes_of: list[list[int]], num_classes: int, max_states: int):
+    """Step 4 over bitsets (Python ints), for follow sets too large to list: edges (sources, classes, targets)
+    and each state's positions as a bitset."""
+    class_sets = [0] * num_classes
+    class_bits = []
+    for p, classes in enumerate(classes_of):
+        bits = 0
+        for k in classes:
+            class_sets[k] |= 1 << p
+            bits |= 1 << k
+        class_bits.append(bits)
+    start = 1 << (len(follow) - 1)
     index = {start: 0}
     order = [start]
-    sources, classes, targets = [], [], []  # the edges, as arrays
+    sources, classes, targets = [], [], []
     source = -1
     while source + 1 < len(order):  # ``order`` grows as states are found
         source += 1
@@ -187,15 +421,13 @@ def char_dfa(tree: Pattern, max_states: int) -> CharDFA | None:
         rest = reachable
         while rest:
             low = rest & -rest
-            candidates |= classes_of[low.bit_length() - 1]
+            candidates |= class_bits[low.bit_length() - 1]
             rest ^= low
         while candidates:
             low = candidates & -candidates
             c = low.bit_length() - 1
             candidates ^= low
             target = reachable & class_sets[c]
-            if not target:
-                continue
             state = index.get(target)
             if state is None:
                 if len(order) >= max_states:
@@ -205,8 +437,4 @@ def char_dfa(tree: Pattern, max_states: int) -> CharDFA | None:
             sources.append(source)
             classes.append(c)
             targets.append(state)
-    class_target = np.full((len(order), len(class_sets) + 1), MISSING, dtype=np.int32)
-    class_target[sources, classes] = targets
-    accepting = np.array([bool(s & last) for s in order], dtype=bool)
-    accepting[0] = nullable
-    return CharDFA(class_target, accepting, 0, mapping)
+    return sources, classes, targets, order

@@ -373,3 +373,34 @@ def test_state_elimination_writes_the_language_of_its_graph(triples):
             if regex == "" and text == "":
                 continue  # '' is also what eliminate returns when no path leads to the sink
             assert (re.fullmatch(regex, text) is not None) == spelled(text), (edges, regex, text)
+
+
+@settings(max_examples=150, deadline=None)
+@given(pattern=st.one_of(st.sampled_from(EQUIVALENCE_PATTERNS), st.recursive(_atom, _regex, max_leaves=8)))
+def test_sparse_and_bitset_subset_constructions_give_the_same_dfa(pattern):
+    """Step 4 of the position construction has two implementations (follow lists in a compiled loop; Python-int
+    bitsets where follow sets are too large to list): the same states, numbered alike, the same classes."""
+    from interegular import parse_pattern
+
+    import automata.glushkov as glushkov
+    from automata import parse
+
+    tree = parse.read(pattern) or parse_pattern(pattern)
+    sparse = glushkov.char_dfa(tree, 10_000, sparse=True)
+    bitset = glushkov.char_dfa(tree, 10_000, sparse=False)
+    assert (sparse is None) == (bitset is None)
+    if sparse is not None:
+        assert np.array_equal(sparse.class_target, bitset.class_target)
+        assert np.array_equal(sparse.accepting, bitset.accepting)
+        assert sparse.mapping == bitset.mapping and sparse.start == bitset.start
+
+
+def test_sparse_subset_construction_stops_at_max_states():
+    from automata import parse
+
+    import automata.glushkov as glushkov
+
+    tree = parse.read("[ab]{0,40}c")
+    for sparse in (True, False):
+        with pytest.raises(StateLimitError, match="max_states=20 character states"):
+            glushkov.char_dfa(tree, 20, sparse=sparse)
