@@ -192,8 +192,9 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     if sparse is None:
         # Follow sets as lists cost their entries (two per position in a JSON fragment's regex); as bitsets, each
         # subset state costs a few operations on P-bit ints, O(P) each. A YAML fragment of MaskBench's o41692
-        # (26,070 positions, 21,270 states): 2.8 s as bitsets.
-        sparse = sum(sizes) <= _SPARSE_ENTRIES
+        # (26,070 positions, 21,270 states): 2.8 s as bitsets. Below ~128 positions the bitsets are small and the
+        # lists' setup costs more (a 97-character key set: 0.65 ms as bitsets, 0.76 as lists).
+        sparse = num_positions >= _SPARSE_POSITIONS and sum(sizes) <= _SPARSE_ENTRIES
     if sparse:
         sources, classes, targets, subsets = _sparse_subsets(follow, sizes, classes_of, max_states)
         last_positions = set(_positions_of(last))
@@ -207,7 +208,8 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     return CharDFA(class_target, accepting, 0, mapping)
 
 
-_SPARSE_ENTRIES = 1 << 25  # follow entries at most for the sparse subset construction (int64 arrays: 256 MB)
+_SPARSE_POSITIONS = 128  # positions at least for the sparse subset construction
+_SPARSE_ENTRIES = 1 << 25  # follow entries at most for it (int64 arrays: 256 MB)
 
 
 def _positions_of(bits: int) -> list[int]:
