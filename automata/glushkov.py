@@ -399,14 +399,15 @@ def _grown(array, need):
 def _bitset_subsets(follow: list[int], classes_of: list[list[int]], num_classes: int, max_states: int):
     """Step 4 over bitsets (Python ints), for follow sets too large to list: edges (sources, classes, targets)
     and each state's positions as a bitset."""
-    class_sets = [0] * num_classes
+    members = [bytearray((len(follow) + 7) // 8) for _ in range(num_classes)]  # (an int built bit by bit: O(P^2))
     class_bits = []
     for p, classes in enumerate(classes_of):
         bits = 0
         for k in classes:
-            class_sets[k] |= 1 << p
+            members[k][p >> 3] |= 1 << (p & 7)
             bits |= 1 << k
         class_bits.append(bits)
+    class_sets = [int.from_bytes(m, "little") for m in members]
     start = 1 << (len(follow) - 1)
     index = {start: 0}
     order = [start]
