@@ -196,14 +196,12 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
         # lists' setup costs more (a 97-character key set: 0.65 ms as bitsets, 0.76 as lists).
         sparse = num_positions >= _SPARSE_POSITIONS and sum(sizes) <= _SPARSE_ENTRIES
     if sparse:
-        sources, classes, targets, subsets = _sparse_subsets(follow, sizes, classes_of, max_states)
-        last_positions = set(_positions_of(last))
-        accepting = np.array([not last_positions.isdisjoint(subset) for subset in subsets], dtype=bool)
+        sources, classes, targets, accepting = _sparse_subsets(follow, sizes, classes_of, num_classes, last,
+                                                               max_states)
     else:
-        sources, classes, targets, subsets = _bitset_subsets(follow, classes_of, num_classes, max_states)
-        accepting = np.array([bool(s & last) for s in subsets], dtype=bool)
+        sources, classes, targets, accepting = _bitset_subsets(follow, classes_of, num_classes, last, max_states)
     accepting[0] = nullable
-    class_target = np.full((len(subsets), num_classes + 1), MISSING, dtype=np.int32)
+    class_target = np.full((len(accepting), num_classes + 1), MISSING, dtype=np.int32)
     class_target[sources, classes] = targets
     return CharDFA(class_target, accepting, 0, mapping)
 
@@ -223,9 +221,11 @@ def _positions_of(bits: int) -> list[int]:
     return out
 
 
-def _sparse_subsets(follow: list[int], sizes: list[int], classes_of: list[list[int]], max_states: int):
+def _sparse_subsets(follow: list[int], sizes: list[int], classes_of: list[list[int]], num_classes: int, last: int,
+                    max_states: int):
     """Step 4 over follow and class lists (compiled: ``_subsets_kernel``): edges (sources, classes, targets) and
-    each state's positions. ``sizes``: the follow sets' sizes (most are one position: its bit is the top one)."""
+    per state whether it holds a last position. ``sizes``: the follow sets' sizes (most are one position: its bit
+    is the top one)."""
     follow_lists = [[f.bit_length() - 1] if k == 1 else _positions_of(f) for f, k in zip(follow, sizes)]
     follow_start = np.zeros(len(follow) + 1, dtype=np.int64)
     np.cumsum(sizes, out=follow_start[1:])
@@ -233,15 +233,15 @@ def _sparse_subsets(follow: list[int], sizes: list[int], classes_of: list[list[i
     class_start = np.zeros(len(classes_of) + 1, dtype=np.int64)
     np.cumsum([len(c) for c in classes_of], out=class_start[1:])
     class_pos = np.fromiter(itertools.chain.from_iterable(classes_of), dtype=np.int64, count=int(class_start[-1]))
-    num_classes = int(class_pos.max()) + 1 if len(class_pos) else 1
     result = _subsets_kernel(follow_start, follow_pos, class_start, class_pos, num_classes, max_states)
     state_start, state_pos, sources, classes, targets, ok = result
     if not ok:
         raise StateLimitError(f"more than max_states={max_states} character states")
-    state_pos = state_pos.tolist()
-    bounds = state_start.tolist()
-    subsets = [state_pos[a:b] for a, b in zip(bounds, bounds[1:])]
-    return sources, classes, targets, subsets
+    is_last = np.zeros(len(follow), dtype=bool)
+    is_last[_positions_of(last)] = True
+    # every state holds at least one position, so each reduceat segment is its own
+    accepting = np.logical_or.reduceat(is_last[state_pos[:state_start[-1]]], state_start[:-1])
+    return sources, classes, targets, accepting
 
 
 @njit(cache=True, nogil=True)
@@ -396,9 +396,9 @@ def _grown(array, need):
     return out
 
 
-def _bitset_subsets(follow: list[int], classes_of: list[list[int]], num_classes: int, max_states: int):
-    """Step 4 over bitsets (Python ints), for follow sets too large to list: edges (sources, classes, targets)
-    and each state's positions as a bitset."""
+def _bitset_subsets(follow: list[int], classes_of: list[list[int]], num_classes: int, last: int, max_states: int):
+    """Step 4 over bitsets (Python ints), for small patterns and follow sets too large to list: edges (sources,
+    classes, targets) and per state whether it holds a last position."""
     members = [bytearray((len(follow) + 7) // 8) for _ in range(num_classes)]  # (an int built bit by bit: O(P^2))
     class_bits = []
     for p, classes in enumerate(classes_of):
@@ -440,4 +440,4 @@ def _bitset_subsets(follow: list[int], classes_of: list[list[int]], num_classes:
             sources.append(source)
             classes.append(c)
             targets.append(state)
-    return sources, classes, targets, order
+    return sources, classes, targets, np.array([bool(s & last) for s in order], dtype=bool)
