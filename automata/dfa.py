@@ -167,51 +167,29 @@ class DFA:
         return not bool(self.coreachable()[self.start])
 
     def minimise(self) -> "DFA":
-        """The minimal trim DFA of the same language (Moore's partition refinement, compiled).
+        """The minimal trim DFA of the same language, states in breadth-first order from the start (so the
+        output is canonical: equal languages give equal arrays). One compiled call (``_minimal``): trim, Moore's
+        partition refinement, renumbering.
 
         States start split by acceptance; each round splits blocks by the blocks their successors fall in,
         until no block splits. A missing edge is its own block (-1), which is exactly the implicit dead state.
         """
-        dfa = self.trim()
-        t = dfa.transitions
-        # Symbols that every state treats alike (most of the 256 bytes) refine nothing: keep one of each.
-        distinct = t[:, unique_rows(t.T)[0]]
-        _, block = np.unique(dfa.accepting, return_inverse=True)  # dense ids: one block or two
-        block, num_blocks = _moore(np.ascontiguousarray(distinct), block.ravel().astype(np.int64))
-        # Renumber blocks in BFS order from the start, so the output is canonical and readable.
-        rep = np.zeros(num_blocks, dtype=np.int64)
-        rep[block] = np.arange(dfa.num_states)
-        table = np.where(t[rep] == MISSING, MISSING, block[np.maximum(t[rep], 0)]).astype(np.int32)
-        out = DFA(table, dfa.accepting[rep].copy(), int(block[dfa.start]), dfa.alphabet)
-        return out._bfs_renumbered()
+        table, representative = _minimal(np.ascontiguousarray(self.transitions), self.accepting,
+                                         self.accepting.astype(np.int64), self.start)
+        if len(representative) == 0:  # the empty language
+            return self.trim()
+        return DFA(table, self.accepting[representative], 0, self.alphabet)
 
     def minimise_labelled(self, labels: np.ndarray) -> tuple["DFA", np.ndarray]:
         """``minimise`` keeping states with different ``labels`` (int per state) apart: the minimal trim DFA in
         which every state carries one label, and those labels. (``product.counted`` labels the states that a
         counted repetition's iteration enters.)"""
-        keep = self.reachable() & self.coreachable()
-        if not keep[self.start]:
+        labels = np.asarray(labels).astype(np.int64)
+        table, representative = _minimal(np.ascontiguousarray(self.transitions), self.accepting,
+                                         labels * 2 + self.accepting, self.start)
+        if len(representative) == 0:
             return self.trim(), np.zeros(1, dtype=np.int64)
-        dfa, labels = self._restrict(keep), np.asarray(labels)[keep]
-        t = dfa.transitions
-        distinct = t[:, unique_rows(t.T)[0]]
-        _, block = np.unique(labels.astype(np.int64) * 2 + dfa.accepting, return_inverse=True)
-        block, num_blocks = _moore(np.ascontiguousarray(distinct), block.ravel().astype(np.int64))
-        rep = np.zeros(num_blocks, dtype=np.int64)
-        rep[block] = np.arange(dfa.num_states)
-        table = np.where(t[rep] == MISSING, MISSING, block[np.maximum(t[rep], 0)]).astype(np.int32)
-        perm = _bfs_order(table, int(block[dfa.start]))
-        new_id = np.full(num_blocks + 1, MISSING, dtype=np.int32)
-        new_id[perm] = np.arange(len(perm), dtype=np.int32)
-        out = DFA(new_id[table[perm]].astype(np.int32), dfa.accepting[rep][perm].copy(), 0, dfa.alphabet)
-        return out, labels[rep][perm].astype(np.int64)
-
-    def _bfs_renumbered(self) -> "DFA":
-        """States renumbered in breadth-first order from the start, successors in symbol order."""
-        perm = _bfs_order(self.transitions, self.start)
-        new_id = np.full(self.num_states + 1, MISSING, dtype=np.int32)
-        new_id[perm] = np.arange(len(perm), dtype=np.int32)
-        return DFA(new_id[self.transitions[perm]].astype(np.int32), self.accepting[perm].copy(), 0, self.alphabet)
+        return DFA(table, self.accepting[representative], 0, self.alphabet), labels[representative]
 
     def intersect(self, other: "DFA", *, max_states: int = 1_000_000) -> "DFA":
         """The product DFA accepting the strings both accept. Only pairs reachable from the start pair are
@@ -296,6 +274,89 @@ def _coreachable(transitions, accepting):
                 seen[source[i]] = True
                 stack.append(source[i])
     return seen
+
+
+@njit(**_KERNEL)
+def _minimal(transitions, accepting, key, start):
+    """``DFA.minimise`` in one call: (table, representative) of the minimal trim DFA whose states are blocks of
+    states with equal ``key`` (the acceptance, or a label with it), numbered breadth-first from the start block,
+    successors in symbol order; ``representative[b]``: an original state of block b. Empty arrays when no
+    accepting state is reachable. (In numpy, the trim, the distinct columns, the refinement and the renumbering
+    were a dozen calls of ~5-60 µs each on this machine: 340 µs for a 17-state skeleton, 20 µs now.)"""
+    n, k = transitions.shape
+    # trim: reachable from the start and co-reachable to acceptance; useful states renumbered in index order
+    reach = np.zeros(n, dtype=np.bool_)
+    reach[_bfs_order(transitions, start)] = True
+    useful = reach & _coreachable(transitions, accepting)
+    if not useful[start]:
+        return np.empty((0, k), dtype=np.int32), np.empty(0, dtype=np.int64)
+    new_id = np.full(n, -1, dtype=np.int64)
+    m = 0
+    for s in range(n):
+        if useful[s]:
+            new_id[s] = m
+            m += 1
+    old_id = np.flatnonzero(useful)
+    # symbols every state treats alike refine nothing (most of a byte DFA's 256): one column of each kind
+    column_hash = np.zeros(k, dtype=np.uint64)
+    for j in range(k):
+        h = np.uint64(1469598103934665603)
+        for s in range(m):
+            t = transitions[old_id[s], j]
+            h = (h ^ np.uint64(new_id[t] + 2 if t >= 0 else 0)) * np.uint64(1099511628211)
+        column_hash[j] = h
+    distinct = np.empty(k, dtype=np.int64)
+    num_distinct = 0
+    for j in range(k):
+        seen = False
+        for d in range(num_distinct):
+            i = distinct[d]
+            if column_hash[i] == column_hash[j]:
+                same = True
+                for s in range(m):
+                    a, b = transitions[old_id[s], i], transitions[old_id[s], j]
+                    if (new_id[a] if a >= 0 else -1) != (new_id[b] if b >= 0 else -1):
+                        same = False
+                        break
+                if same:
+                    seen = True
+                    break
+        if not seen:
+            distinct[num_distinct] = j
+            num_distinct += 1
+    table = np.empty((m, num_distinct), dtype=np.int64)
+    for s in range(m):
+        for d in range(num_distinct):
+            t = transitions[old_id[s], distinct[d]]
+            table[s, d] = new_id[t] if t >= 0 else -1
+    # the first partition: states by key, in dense ids
+    block = np.empty(m, dtype=np.int64)
+    order = np.argsort(key[old_id], kind="mergesort")
+    count = -1
+    for r in range(m):
+        if r == 0 or key[old_id[order[r]]] != key[old_id[order[r - 1]]]:
+            count += 1
+        block[order[r]] = count
+    block, num_blocks = _moore(table, block)
+    # the block DFA over every symbol, renumbered breadth-first from the start's block
+    representative = np.empty(num_blocks, dtype=np.int64)
+    for s in range(m):
+        representative[block[s]] = old_id[s]
+    blocks = np.empty((num_blocks, k), dtype=np.int32)
+    for b in range(num_blocks):
+        for j in range(k):
+            t = transitions[representative[b], j]
+            blocks[b, j] = block[new_id[t]] if t >= 0 and new_id[t] >= 0 else -1
+    perm = _bfs_order(blocks, block[new_id[start]])
+    renumber = np.empty(num_blocks, dtype=np.int32)
+    for i in range(len(perm)):
+        renumber[perm[i]] = i
+    out = np.empty((len(perm), k), dtype=np.int32)
+    for i in range(len(perm)):
+        for j in range(k):
+            t = blocks[perm[i], j]
+            out[i, j] = renumber[t] if t >= 0 else -1
+    return out, representative[perm]
 
 
 @njit(**_KERNEL)
