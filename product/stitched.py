@@ -56,10 +56,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from automata import MISSING, EmptyLanguageError
-from automata.errors import CanonmergeError, StateLimitError
+from automata import glushkov, parse
+from automata.errors import CanonmergeError, RegexError, StateLimitError
 from automata.regex import _char_dfa, _class_dfa, exit_marker, from_regex_exits
 from automata.regions import eliminate
 from interegular.fsm import anything_else
+from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.counted import MIN_COUNT, CountedGuide, counted_transitions
 from product.guide import Guide, _guide_eos, _per_automaton, vocabulary_trie
@@ -295,7 +297,10 @@ class _Skeleton:
 
     def __init__(self, pattern: str, leaves: dict[str, str], canonical: CanonicalAutomaton, max_states: int,
                  fine_cuts: bool = False):
-        class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+        # runs of literal characters that no cut can split read as one character each (not with fine cuts,
+        # whose test walks the skeleton's texts character by character)
+        class_target, accepting, start, mapping, runs = _skeleton_dfa(
+            pattern, None if fine_cuts else _inner_pairs(canonical), max_states)
         # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
         # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
         # look up (Github_easy---o58839: 5,290 states -> 1,234)
@@ -315,16 +320,21 @@ class _Skeleton:
         label, first, last = {}, {}, {}
         self.strings, self.opening = {}, {}
         for c, chars in chars_of.items():
-            parts = [f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)]
-            label[c] = _alternation(parts)
-            encoded = [ch.encode("utf-8", "surrogatepass") for ch in chars]
-            self.strings[c] = None if any(ch in leaves for ch in chars) else encoded
+            if not any(ch in leaves for ch in chars):  # literal characters (or runs of them)
+                texts = sorted(runs.get(ch, ch) for ch in chars)
+                label[c] = _alternation([_escape(text) for text in texts])
+                self.strings[c] = encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
+                self.opening[c] = frozenset(text[0] for text in texts)
+                first[c], last[c] = {b[0] for b in encoded}, {b[-1] for b in encoded}
+                continue
+            label[c] = _alternation([f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)])
+            self.strings[c] = None
             openings = [_leaf_openings(leaves[ch]) if ch in leaves else frozenset(ch) for ch in chars]
             self.opening[c] = None if None in openings else frozenset().union(*openings)
-            if self.opening[c] is not None:
-                encoded = [ch.encode("utf-8", "surrogatepass") for ch in self.opening[c]]
-            first[c] = {b[0] for b in encoded}
-            last[c] = {b[-1] for b in encoded}
+            # the first bytes of a leaf's texts where they are known; its last are not read (no state after a
+            # leaf is cut)
+            encoded = [ch.encode("utf-8", "surrogatepass") for ch in (self.opening[c] or chars)]
+            first[c], last[c] = {b[0] for b in encoded}, {b[-1] for b in encoded}
         literal = {c: strings is not None for c, strings in self.strings.items()}
         # cut states, over the edges as arrays: (source, class, target) of every edge on a named character
         pairs = _inner_pairs(canonical)
@@ -684,8 +694,95 @@ def _alternation(parts: list[str]) -> str:
     return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
 
 
-def _escape(ch: str) -> str:
-    return re.escape(ch) if ch.isascii() else ch
+def _escape(text: str) -> str:
+    return re.escape(text) if text.isascii() else "".join(re.escape(ch) if ch.isascii() else ch for ch in text)
+
+
+_RUNS = range(0xDC00, 0xE000)  # characters that stand for runs in a skeleton's DFA (no text has lone surrogates)
+
+
+def _skeleton_dfa(pattern: str, inner_pairs: np.ndarray | None, max_states: int):
+    """``_char_dfa`` of a skeleton, and the runs it reads as one character each (character -> its text): every
+    maximal run of literal characters in a concatenation whose neighbouring bytes are inside some token
+    (``inner_pairs``; None: no runs). No state inside such a run can be cut, and a skeleton is mostly keys and
+    punctuation: read as runs, a median MaskBench skeleton has ~60 positions instead of ~130, and the steps
+    after it (determinising, minimising, cutting, writing fragments) work per position or state."""
+    tree = parse.read(pattern) if inner_pairs is not None and not _RUN_CHARACTER.search(pattern) else None
+    if tree is None:
+        return (*_char_dfa(pattern, max_states), {})
+    runs: dict[str, str] = {}  # text -> its character
+    tree = _Runs(inner_pairs, runs).rewrite(tree)
+    try:
+        dfa = glushkov.char_dfa(tree, max_states)
+    except (RegexError, StateLimitError) as exc:
+        raise type(exc)(f"regex {pattern!r}: {exc}") from None
+    if dfa is None:
+        return (*_char_dfa(pattern, max_states), {})
+    return (*dfa, {ch: text for text, ch in runs.items()})
+
+
+_RUN_CHARACTER = re.compile(f"[{chr(_RUNS[0])}-{chr(_RUNS[-1])}]")
+
+
+class _Runs:
+    """Rewrites a skeleton's tree with the runs of its concatenations as single characters (``_skeleton_dfa``);
+    groups with flags are left as they are."""
+
+    def __init__(self, inner_pairs: np.ndarray, runs: dict[str, str]):
+        self.inner = inner_pairs.ravel().tobytes()  # byte x * 256 + y: nonzero where x y is inside a token
+        self.runs = runs
+        self.ends: dict[frozenset, tuple[str, int, int] | None] = {}  # a group -> (its character, first, last byte)
+
+    def literal(self, chars: frozenset) -> tuple[str, int, int] | None:
+        found = self.ends.get(chars, False)
+        if found is False:
+            (ch,) = chars if len(chars) == 1 else (None,)
+            found = None
+            if ch is not None and len(ch) == 1 and ord(ch) not in PLACEHOLDERS:
+                encoded = ch.encode("utf-8", "surrogatepass")
+                found = (ch, encoded[0], encoded[-1])
+            self.ends[chars] = found
+        return found
+
+    def rewrite(self, node):
+        kind = type(node)
+        if kind is _Concatenation:
+            parts, run, previous = [], [], -1
+            for part in node.parts:
+                found = self.literal(part.chars) if type(part) is _CharGroup and not part.negated else None
+                if found is None:
+                    self.close(run, parts)
+                    parts.append(self.rewrite(part))
+                    previous = -1
+                    continue
+                ch, first, last = found
+                if previous >= 0 and not self.inner[previous * 256 + first]:
+                    self.close(run, parts)
+                run.append(ch)
+                previous = last
+            self.close(run, parts)
+            return _Concatenation(tuple(parts))
+        if kind is Pattern:
+            if node.added_flags.value or node.removed_flags.value:
+                return node
+            return Pattern(tuple(self.rewrite(option) for option in node.options))
+        if kind is _Repeated:
+            return _Repeated(self.rewrite(node.base), node.min, node.max)
+        return node
+
+    def close(self, run: list[str], parts: list) -> None:
+        """Ends the run: one character for it (a single character stays itself; past ``_RUNS``, characters)."""
+        if not run:
+            return
+        text = "".join(run)
+        ch = text if len(run) == 1 else self.runs.get(text)
+        if ch is None and len(self.runs) < len(_RUNS):
+            ch = self.runs[text] = chr(_RUNS[0] + len(self.runs))
+        if ch is None:
+            parts.extend(_CharGroup(frozenset(c), False) for c in run)
+        else:
+            parts.append(_CharGroup(frozenset(ch), False))
+        run.clear()
 
 
 # ---------------------------------------------------------------------------------------------- guides ---
