@@ -112,6 +112,29 @@ def _state_after(skeleton: _Skeleton, text: str) -> int | None:
     return q
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama3"])
+def test_literal_runs_keep_every_cut_of_the_character_dfa(name, monkeypatch):
+    """The skeleton's DFA reads runs of literals that no cut can split as one character: it has fewer states,
+    and every position of a text where the character-level DFA is at a cut state is still cut."""
+    import product.stitched as stitched
+
+    canonical = automaton_of(name)
+    pattern = r'\{"a": 1(, "bb": true)?(, "c": \[1(, 2)*\])?, "d": \{"e": null\}\}'
+    texts = ['{"a": 1, "d": {"e": null}}', '{"a": 1, "bb": true, "c": [1, 2, 2], "d": {"e": null}}']
+    with_runs = _Skeleton(pattern, {}, canonical, 10_000)
+    original = stitched._skeleton_dfa
+    monkeypatch.setattr(stitched, "_skeleton_dfa", lambda p, pairs, m: original(p, None, m))
+    by_character = _Skeleton(pattern, {}, canonical, 10_000)
+    assert len(with_runs.cut) < len(by_character.cut)
+
+    def cuts(skeleton, text):
+        states = [_state_after(skeleton, text[:i]) for i in range(1, len(text))]
+        return {i for i, q in enumerate(states, 1) if q is not None and skeleton.cut[q]}
+
+    for text in texts:
+        assert cuts(by_character, text) and cuts(by_character, text) <= cuts(with_runs, text)
+
+
 def test_yaml_lines_are_cut_where_no_token_holding_their_bytes_fits():
     """Llama-3's tokens hold "\n" + " " (runs of whitespace ending in a line break) and runs of spaces, so the
     byte pairs alone cut no YAML line there. Laid across the text around each position, none fits after a line
