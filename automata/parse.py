@@ -17,6 +17,9 @@ Leaves out on purpose: everything interegular's tree can say that canonmerge nev
 
 from __future__ import annotations
 
+import re
+from typing import Callable
+
 from interegular.patterns import _CHAR_GROUPS, _DOT, Pattern, _CharGroup, _Concatenation, _Repeated
 
 __all__ = ["read"]
@@ -24,6 +27,7 @@ __all__ = ["read"]
 _SPECIAL = frozenset("+?*.$^\\()[|")  # not literal outside a class (as interegular)
 _RESERVED = frozenset("NpPuUAZbB")  # escapes interegular refuses or reads otherwise outside a class
 _HEX = frozenset("0123456789abcdefABCDEF")
+_PLAIN = re.compile(r"[^+?*.$^\\()\[|{]+")  # characters that are literal outside a class
 _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -43,9 +47,13 @@ class _Other(Exception):
     """Syntax this reader leaves to interegular."""
 
 
-def read(pattern: str) -> Pattern | None:
-    """interegular's parse tree of ``pattern``, or None when the pattern uses syntax this reader leaves out."""
-    reader = _Reader(pattern)
+def read(pattern: str, runs: Callable[[str], list[_CharGroup]] | None = None) -> Pattern | None:
+    """interegular's parse tree of ``pattern``, or None when the pattern uses syntax this reader leaves out.
+
+    ``runs``: each maximal run of unquantified literal characters in a concatenation is given to it as a string,
+    and its groups stand for the run in the tree (``product.stitched`` reads a skeleton's keys as single
+    characters this way); by default a group per character."""
+    reader = _Reader(pattern, runs)
     try:
         tree = reader.alternation()
     except (_Other, IndexError):
@@ -63,8 +71,8 @@ def _combine(groups: list[_CharGroup], negate: bool) -> _CharGroup:
 
 
 class _Reader:
-    def __init__(self, pattern: str):
-        self.s, self.i = pattern, 0
+    def __init__(self, pattern: str, runs: Callable[[str], list[_CharGroup]] | None = None):
+        self.s, self.i, self.runs = pattern, 0, runs
 
     def alternation(self) -> Pattern:
         options = [self.concatenation()]
@@ -74,7 +82,7 @@ class _Reader:
         return Pattern(tuple(options))
 
     def concatenation(self) -> _Concatenation:
-        s, parts = self.s, []
+        s, parts, run = self.s, [], []
         while self.i < len(s) and s[self.i] not in "|)":
             c = s[self.i]
             self.i += 1
@@ -96,9 +104,27 @@ class _Reader:
                 base = _DOT
             elif c in _SPECIAL or c == "{":  # a quantifier with nothing before it, an anchor
                 raise _Other
+            elif self.runs is not None:  # a stretch of plain literals at once
+                end = _PLAIN.match(s, self.i - 1).end()
+                if end < len(s) and s[end] in "*+?{":
+                    end -= 1  # the last one is quantified
+                if end > self.i:
+                    run.append(s[self.i - 1:end])
+                    self.i = end
+                    continue
+                base = _literal(c)
             else:
                 base = _literal(c)
-            parts.append(self.quantified(base))
+            node = self.quantified(base)
+            if self.runs is not None and node is base and _LITERALS.get(s[self.i - 1]) is base:
+                run.append(s[self.i - 1])  # an unquantified literal character (written as itself or escaped)
+                continue
+            if run:
+                parts.extend(self.runs("".join(run)))
+                run.clear()
+            parts.append(node)
+        if run:
+            parts.extend(self.runs("".join(run)))
         return _Concatenation(tuple(parts))
 
     def quantified(self, base):

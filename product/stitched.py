@@ -61,7 +61,7 @@ from automata.errors import CanonmergeError, RegexError, StateLimitError
 from automata.regex import _char_dfa, _class_dfa, exit_marker, from_regex_exits
 from automata.regions import eliminate
 from interegular.fsm import anything_else
-from interegular.patterns import Pattern, _CharGroup, _Concatenation, _Repeated
+from interegular.patterns import _CharGroup
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.counted import MIN_COUNT, CountedGuide, counted_transitions
 from product.guide import Guide, _guide_eos, _per_automaton, vocabulary_trie
@@ -707,82 +707,53 @@ def _skeleton_dfa(pattern: str, inner_pairs: np.ndarray | None, max_states: int)
     (``inner_pairs``; None: no runs). No state inside such a run can be cut, and a skeleton is mostly keys and
     punctuation: read as runs, a median MaskBench skeleton has ~60 positions instead of ~130, and the steps
     after it (determinising, minimising, cutting, writing fragments) work per position or state."""
-    tree = parse.read(pattern) if inner_pairs is not None and not _RUN_CHARACTER.search(pattern) else None
+    runs = _Runs(inner_pairs) if inner_pairs is not None and not _RUN_CHARACTER.search(pattern) else None
+    tree = parse.read(pattern, runs) if runs is not None else None
     if tree is None:
         return (*_char_dfa(pattern, max_states), {})
-    runs: dict[str, str] = {}  # text -> its character
-    tree = _Runs(inner_pairs, runs).rewrite(tree)
     try:
         dfa = glushkov.char_dfa(tree, max_states)
     except (RegexError, StateLimitError) as exc:
         raise type(exc)(f"regex {pattern!r}: {exc}") from None
     if dfa is None:
         return (*_char_dfa(pattern, max_states), {})
-    return (*dfa, {ch: text for text, ch in runs.items()})
+    return (*dfa, {ch: text for text, ch in runs.runs.items()})
 
 
 _RUN_CHARACTER = re.compile(f"[{chr(_RUNS[0])}-{chr(_RUNS[-1])}]")
+_PLACEHOLDER = re.compile(f"([{chr(PLACEHOLDERS[0])}-{chr(PLACEHOLDERS[-1])}])")
 
 
 class _Runs:
-    """Rewrites a skeleton's tree with the runs of its concatenations as single characters (``_skeleton_dfa``);
-    groups with flags are left as they are."""
+    """Splits a run of literal characters (``automata.parse.read``'s ``runs``) where no token holds the bytes
+    around a position, or around a placeholder; each piece of two or more characters becomes one character of
+    ``_RUNS`` (``runs``: text -> its character), the others stay themselves."""
 
-    def __init__(self, inner_pairs: np.ndarray, runs: dict[str, str]):
+    def __init__(self, inner_pairs: np.ndarray):
         self.inner = inner_pairs.ravel().tobytes()  # byte x * 256 + y: nonzero where x y is inside a token
-        self.runs = runs
-        self.ends: dict[frozenset, tuple[str, int, int] | None] = {}  # a group -> (its character, first, last byte)
+        self.runs: dict[str, str] = {}
 
-    def literal(self, chars: frozenset) -> tuple[str, int, int] | None:
-        found = self.ends.get(chars, False)
-        if found is False:
-            (ch,) = chars if len(chars) == 1 else (None,)
-            found = None
-            if ch is not None and len(ch) == 1 and ord(ch) not in PLACEHOLDERS:
-                encoded = ch.encode("utf-8", "surrogatepass")
-                found = (ch, encoded[0], encoded[-1])
-            self.ends[chars] = found
-        return found
-
-    def rewrite(self, node):
-        kind = type(node)
-        if kind is _Concatenation:
-            parts, run, previous = [], [], -1
-            for part in node.parts:
-                found = self.literal(part.chars) if type(part) is _CharGroup and not part.negated else None
-                if found is None:
-                    self.close(run, parts)
-                    parts.append(self.rewrite(part))
-                    previous = -1
-                    continue
-                ch, first, last = found
-                if previous >= 0 and not self.inner[previous * 256 + first]:
-                    self.close(run, parts)
-                run.append(ch)
-                previous = last
-            self.close(run, parts)
-            return _Concatenation(tuple(parts))
-        if kind is Pattern:
-            if node.added_flags.value or node.removed_flags.value:
-                return node
-            return Pattern(tuple(self.rewrite(option) for option in node.options))
-        if kind is _Repeated:
-            return _Repeated(self.rewrite(node.base), node.min, node.max)
-        return node
-
-    def close(self, run: list[str], parts: list) -> None:
-        """Ends the run: one character for it (a single character stays itself; past ``_RUNS``, characters)."""
-        if not run:
-            return
-        text = "".join(run)
-        ch = text if len(run) == 1 else self.runs.get(text)
-        if ch is None and len(self.runs) < len(_RUNS):
-            ch = self.runs[text] = chr(_RUNS[0] + len(self.runs))
-        if ch is None:
-            parts.extend(_CharGroup(frozenset(c), False) for c in run)
-        else:
-            parts.append(_CharGroup(frozenset(ch), False))
-        run.clear()
+    def __call__(self, text: str) -> list:
+        pieces = []
+        for part in _PLACEHOLDER.split(text):  # a leaf is a piece of its own
+            if len(part) < 2:
+                pieces += [part] if part else []
+                continue
+            if part.isascii():
+                encoded = part.encode()
+                ends = [i for i in range(1, len(encoded)) if not self.inner[encoded[i - 1] * 256 + encoded[i]]]
+            else:
+                encoded = [ch.encode("utf-8", "surrogatepass") for ch in part]
+                ends = [i for i in range(1, len(part)) if not self.inner[encoded[i - 1][-1] * 256 + encoded[i][0]]]
+            pieces += [part[i:j] for i, j in zip([0, *ends], [*ends, len(part)])]
+        groups = []
+        for piece in pieces:
+            ch = piece if len(piece) == 1 else self.runs.get(piece)
+            if ch is None and len(self.runs) < len(_RUNS):
+                ch = self.runs[piece] = chr(_RUNS[0] + len(self.runs))
+            groups.extend([_CharGroup(frozenset(ch), False)] if ch is not None else
+                          [_CharGroup(frozenset(c), False) for c in piece])
+        return groups
 
 
 # ---------------------------------------------------------------------------------------------- guides ---

@@ -4,6 +4,7 @@ import re
 import string
 
 import interegular
+from interegular.patterns import _CharGroup
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -301,6 +302,20 @@ def test_reader_builds_interegulars_tree(pattern):
     tree = parse.read(pattern)
     assert tree is not None and tree.simplify() == interegular.parse_pattern(pattern)
     assert parse.read(pattern).simplify() == tree.simplify()  # the class cache gives the same groups
+    # runs of literals handed to ``runs`` (here: given back a group per character) leave the tree as it was
+    seen = []
+    by_runs = parse.read(pattern, lambda text: seen.append(text) or [_CharGroup(frozenset(c), False) for c in text])
+    assert by_runs.simplify() == tree.simplify()
+    assert all(seen)
+
+
+def test_reader_hands_over_runs_of_unquantified_literals():
+    from automata import parse
+
+    seen = []
+    tree = parse.read(r'\{"ab": (c|d\.)e*f+\}', lambda text: seen.append(text) or [_CharGroup(frozenset(text), False)])
+    assert sorted(seen) == sorted(['{"ab": ', "c", "d.", "}"])  # e and f are quantified: not in runs
+    assert len(tree.options[0].parts) == 5  # '{"ab": ' as one group, the group, e*, f+, '}'
 
 
 @pytest.mark.parametrize("pattern", _LEFT_TO_INTEREGULAR)
