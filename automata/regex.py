@@ -137,8 +137,12 @@ def _char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
 
 
 def _class_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int) -> DFA:
-    labels = Alphabet("labels", tuple(str(i) for i in range(class_target.shape[1])))
-    return DFA(class_target.astype(np.int32), accepting, start, labels)
+    return DFA(class_target.astype(np.int32), accepting, start, _class_labels(class_target.shape[1]))
+
+
+@functools.lru_cache(maxsize=1024)
+def _class_labels(num_classes: int) -> Alphabet:
+    return Alphabet("labels", tuple(str(i) for i in range(num_classes)))
 
 
 def _expand(class_target: np.ndarray, accepting: np.ndarray, start: int, mapping: dict, alphabet: Alphabet,

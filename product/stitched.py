@@ -321,11 +321,8 @@ class _Skeleton:
         self.strings, self.opening = {}, {}
         for c, chars in chars_of.items():
             if not any(ch in leaves for ch in chars):  # literal characters (or runs of them)
-                texts = sorted(runs.get(ch, ch) for ch in chars)
-                label[c] = _alternation([_escape(text) for text in texts])
-                self.strings[c] = encoded = [text.encode("utf-8", "surrogatepass") for text in texts]
-                self.opening[c] = frozenset(text[0] for text in texts)
-                first[c], last[c] = {b[0] for b in encoded}, {b[-1] for b in encoded}
+                label[c], self.strings[c], self.opening[c], first[c], last[c] = _literal_class(
+                    tuple(sorted(runs.get(ch, ch) for ch in chars)))
                 continue
             label[c] = _alternation([f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)])
             self.strings[c] = None
@@ -685,6 +682,15 @@ def _leaf_openings(regex: str) -> frozenset | None:
         return None
     chars = frozenset(ch for ch, c in mapping.items() if table[start, c] != MISSING)
     return None if anything_else in chars else chars
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _literal_class(texts: tuple[str, ...]) -> tuple[str, tuple[bytes, ...], frozenset, frozenset, frozenset]:
+    """A skeleton class of literal texts: its regex label, their bytes, first characters, first and last bytes
+    (a pure function of the texts, which recur across schemas: ``", "``, ``": "``, a key)."""
+    encoded = tuple(text.encode("utf-8", "surrogatepass") for text in texts)
+    return (_alternation([_escape(text) for text in texts]), encoded, frozenset(text[0] for text in texts),
+            frozenset(b[0] for b in encoded), frozenset(b[-1] for b in encoded))
 
 
 def _alternation(parts: list[str]) -> str:
