@@ -258,6 +258,11 @@ def _exit_tables(exit_of: np.ndarray, exit_sets: list[tuple[int, ...]], goes_on:
 
 # ---------------------------------------------------------------------------------------------- cutting ---
 
+def _inner_bytes(canonical: CanonicalAutomaton) -> bytes:
+    """``_inner_pairs`` as bytes: index x * 256 + y (a Python lookup, ~30 ns, where a numpy element costs ~100)."""
+    return _per_automaton(canonical, "inner byte pairs as bytes", lambda: _inner_pairs(canonical).tobytes())
+
+
 def _inner_pairs(canonical: CanonicalAutomaton) -> np.ndarray:
     """bool[256, 256]: byte x followed by byte y inside some token's bytes (so a token may cross between them)."""
     return _inner_occurrences(canonical)[0]
@@ -300,7 +305,7 @@ class _Skeleton:
         # runs of literal characters that no cut can split read as one character each (not with fine cuts,
         # whose test walks the skeleton's texts character by character)
         class_target, accepting, start, mapping, runs = _skeleton_dfa(
-            pattern, None if fine_cuts else _inner_pairs(canonical), max_states)
+            pattern, None if fine_cuts else _inner_bytes(canonical), max_states)
         # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
         # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
         # look up (Github_easy---o58839: 5,290 states -> 1,234)
@@ -332,53 +337,51 @@ class _Skeleton:
             # leaf is cut)
             encoded = [ch.encode("utf-8", "surrogatepass") for ch in (self.opening[c] or chars)]
             first[c], last[c] = {b[0] for b in encoded}, {b[-1] for b in encoded}
-        literal = {c: strings is not None for c, strings in self.strings.items()}
-        # cut states, over the edges as arrays: (source, class, target) of every edge on a named character
-        pairs = _inner_pairs(canonical)
+        # cut states, over the edges (source, class, target) on named characters: per state, the last bytes of
+        # the characters read into it and the first bytes of those read out of it, and whether a leaf comes in or
+        # goes out (fine cuts: a leaf whose first characters are not known). (Plain Python: a skeleton has tens
+        # of states, where numpy's calls cost 5-60 µs each, 0.4 ms a skeleton.)
+        inner = _inner_bytes(canonical)  # byte x * 256 + y: nonzero where a token holds x y
         n = len(class_target)
-        named = np.zeros(class_target.shape[1], dtype=bool)
-        named[list(chars_of)] = True
-        source, cls = np.nonzero((class_target != MISSING) & named[None, :])
+        source, cls = np.nonzero(class_target[:, :-1] != MISSING)  # (the last column is no class)
         target = class_target[source, cls]
-        is_literal = np.array([literal.get(c, False) for c in range(class_target.shape[1])])[cls]
-        opens_known = np.array([self.opening.get(c) is not None for c in range(class_target.shape[1])])[cls]
-        # the characters' bytes, numbered among the bytes the skeleton uses (a few dozen)
-        used = sorted(set().union(*first.values(), *last.values())) if chars_of else []
-        byte_index = {byte: i for i, byte in enumerate(used)}
-        first_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)  # per class: its first bytes
-        last_bytes = np.zeros((class_target.shape[1], len(used)), dtype=bool)
-        for bytes_of, table in ((first, first_bytes), (last, last_bytes)):
-            pairs_of = [(c, byte_index[x]) for c in chars_of for x in bytes_of[c]]
-            if pairs_of:
-                table[tuple(np.array(pairs_of).T)] = True
-        into_leaf = np.zeros(n, dtype=bool)
-        into_leaf[target[~is_literal]] = True
-        out_unknown = np.zeros(n, dtype=bool)  # a leaf leaves the state (fine cuts: one not known to start so)
-        out_unknown[source[~opens_known if fine_cuts else ~is_literal]] = True
-        into = np.zeros((n, len(used)), dtype=bool)  # last bytes of the characters read into each state
-        edge, byte = np.nonzero(last_bytes[cls])
-        into[target[edge], byte] = True
-        out = np.zeros((n, len(used)), dtype=bool)  # first bytes of the characters read out of it
-        edge, byte = np.nonzero(first_bytes[cls])
-        out[source[edge], byte] = True
-        # a token may cross between q's last and next byte iff some pair (x in into[q], y in out[q]) is inner
-        inner = pairs[np.ix_(used, used)].astype(np.float32)  # (counts below 2^24: exact in float32)
-        crossing = (((into.astype(np.float32) @ inner) > 0) & out).any(axis=1)
-        candidate = into.any(axis=1) & out.any(axis=1) & ~into_leaf & ~out_unknown
-        candidate[start] = False
-        cut = candidate & ~crossing
+        source, cls, target = source.tolist(), cls.tolist(), target.tolist()
+        into: list[set] = [set() for _ in range(n)]
+        out: list[set] = [set() for _ in range(n)]
+        blocked = [False] * n  # a leaf leads into the state or (not known to start so) out of it
+        blocked[start] = True
+        edges = []
+        for q, c, t in zip(source, cls, target):
+            if c not in chars_of:
+                continue
+            edges.append((q, c, t))
+            literal = self.strings[c] is not None
+            into[t] |= last[c]
+            out[q] |= first[c]
+            if not literal:
+                blocked[t] = True
+                if not fine_cuts or self.opening[c] is None:
+                    blocked[q] = True
+        cut = [False] * n
+        crossed: list[int] = []  # candidates some token may cross (between q's last and next byte)
+        for q in range(n):
+            if blocked[q] or not into[q] or not out[q]:
+                continue
+            if any(inner[x * 256 + y] for x in into[q] for y in out[q]):
+                crossed.append(q)
+            else:
+                cut[q] = True
         # where some token holds a byte pair around q, q is still cut when no such token fits there (_Crossing)
-        if fine_cuts and (candidate & crossing).any():
-            test = _Crossing(self, source, cls, target, canonical)
-            for q in np.flatnonzero(candidate & crossing).tolist():
-                pairs_q = [(used[x], used[y]) for x in np.flatnonzero(into[q]).tolist()
-                           for y in np.flatnonzero(out[q]).tolist() if inner[x, y]]
+        if fine_cuts and crossed:
+            test = _Crossing(self, edges, canonical)
+            for q in crossed:
+                pairs_q = [(x, y) for x in sorted(into[q]) for y in sorted(out[q]) if inner[x * 256 + y]]
                 cut[q] = not test.crossed(q, pairs_q)
-        self.cut = cut.tolist()
-        # per state, its edges: target -> the regex of the characters that lead there (``source`` and ``cls``
-        # come in row order, so a target's classes in increasing order, as a walk along the row meets them)
+        self.cut = cut
+        # per state, its edges: target -> the regex of the characters that lead there (edges come in row order,
+        # so a target's classes in increasing order, as a walk along the row meets them)
         classes_into: list[dict[int, list[int]]] = [{} for _ in range(n)]
-        for q, c, t in zip(source.tolist(), cls.tolist(), target.tolist()):
+        for q, c, t in edges:
             classes_into[q].setdefault(t, []).append(c)
         self.edges = [{t: label[cs[0]] if len(cs) == 1 else _alternation([label[c] for c in cs])
                        for t, cs in by_target.items()} for by_target in classes_into]
@@ -475,8 +478,7 @@ class _Crossing:
     indentation (pieces "\n", "   ", " key"), which the byte pairs alone cannot: tokens hold "\n" + " "
     (whitespace ending in a line break) and runs of spaces."""
 
-    def __init__(self, skeleton: "_Skeleton", source: np.ndarray, cls: np.ndarray, target: np.ndarray,
-                 canonical: CanonicalAutomaton):
+    def __init__(self, skeleton: "_Skeleton", edges: list[tuple[int, int, int]], canonical: CanonicalAutomaton):
         self.sk = skeleton
         self.blob = canonical.token_blob.tobytes()
         self.offsets = np.asarray(canonical.token_offsets, dtype=np.int64)
@@ -492,7 +494,7 @@ class _Crossing:
         # per state: its edges out as (the bytes of each character read, or None for a leaf, leaf openings, target)
         self.out_edges: dict[int, list] = {}
         self.in_edges: dict[int, list] = {}
-        for a, c, b in zip(source.tolist(), cls.tolist(), target.tolist()):
+        for a, c, b in edges:
             strings, openings = skeleton.strings[c], skeleton.opening[c]
             opening_bytes = None if openings is None else [ch.encode("utf-8") for ch in openings]
             self.out_edges.setdefault(a, []).append((strings, opening_bytes, b))
@@ -707,7 +709,7 @@ def _escape(text: str) -> str:
 _RUNS = range(0xDC00, 0xE000)  # characters that stand for runs in a skeleton's DFA (no text has lone surrogates)
 
 
-def _skeleton_dfa(pattern: str, inner_pairs: np.ndarray | None, max_states: int):
+def _skeleton_dfa(pattern: str, inner_pairs: bytes | None, max_states: int):
     """``_char_dfa`` of a skeleton, and the runs it reads as one character each (character -> its text): every
     maximal run of literal characters in a concatenation whose neighbouring bytes are inside some token
     (``inner_pairs``; None: no runs). No state inside such a run can be cut, and a skeleton is mostly keys and
@@ -735,8 +737,8 @@ class _Runs:
     around a position, or around a placeholder; each piece of two or more characters becomes one character of
     ``_RUNS`` (``runs``: text -> its character), the others stay themselves."""
 
-    def __init__(self, inner_pairs: np.ndarray):
-        self.inner = inner_pairs.ravel().tobytes()  # byte x * 256 + y: nonzero where x y is inside a token
+    def __init__(self, inner_pairs: bytes):
+        self.inner = inner_pairs  # byte x * 256 + y: nonzero where x y is inside a token
         self.runs: dict[str, str] = {}
 
     def __call__(self, text: str) -> list:
