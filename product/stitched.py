@@ -9,13 +9,14 @@ is the guide of that fragment's own regex, started in the context the text befor
 ``start_context``) — and it is the same guide in every constraint that has that fragment there.
 
 The input is a *skeleton*: a regex whose leaves (string bodies, numbers, keys...) are placeholder characters,
-each standing for a regex (``vegas.schema`` writes JSON Schema this way). Its character DFA is small: only
-the literal structure (keys, punctuation) is in it. A state of the skeleton is *cut* when every edge into it
-reads a literal character x, every edge out of it a literal character y, and no token contains the last byte
-of any x followed by the first byte of any y. A fragment is what the skeleton reads from a cut state (or the
-start) up to the next cut states, its *exits*: written as a regex (placeholders replaced by their regexes, each
-exit by a marker, ``automata.regex.exit_marker``) and compiled by ``from_regex_exits`` into a byte DFA that
-knows which accepting state is which exit. Exit 0 is the end of the text.
+each standing for a regex (``vegas.schema`` writes JSON Schema this way). Its character DFA is small: only the
+literal structure (keys, punctuation) is in it, and each run of literals that no cut could split (every byte pair
+in it inside some token) is one character of that DFA (``_skeleton_dfa``). A state of the skeleton is *cut* when
+every edge into it reads a literal character x, every edge out of it a literal character y, and no token contains
+the last byte of any x followed by the first byte of any y. A fragment is what the skeleton reads from a cut
+state (or the start) up to the next cut states, its *exits*: written as a regex (placeholders replaced by their
+regexes, each exit by a marker, ``automata.regex.exit_marker``) and compiled by ``from_regex_exits`` into a byte
+DFA that knows which accepting state is which exit. Exit 0 is the end of the text.
 
 At run time a state is (fragment instance, state of the instance's guide), numbered into one int. When a token
 reaches an exit, the state moves to the next instance's initial state in the context the token left: an

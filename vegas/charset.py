@@ -140,7 +140,11 @@ def _char_regex(c: int, in_class: bool) -> str:
 
 def literal(text: str) -> str:
     """A regex matching exactly ``text``."""
-    return "".join(_char_regex(ord(c), False) for c in text)
+    return text.translate(_LITERAL_ESCAPES)
+
+
+# ``_char_regex`` outside a class for every character it changes (one ``str.translate``: a schema's keys)
+_LITERAL_ESCAPES = {c: _char_regex(c, False) for c in [*range(0x20), 0x7F, *map(ord, _META)]}
 
 
 def class_regex(charset: CharSet) -> str:
