@@ -7,13 +7,16 @@ and walks each valid instance's runtime encoding filling a torch int32 next-toke
 
 - ``canonmerge-json`` / ``canonmerge-yaml``: ``vegas.compile_schema(schema, canonical, style=...)``. The text of
   an instance is ``vegas.format_instance(data, schema, style=...)``, its ids the runtime's encoding, and it is
-  accepted iff ``guide.accepts(ids)``. Compile time is taken twice: *cold* is the schema's first compile in
+  accepted iff ``guide.accepts(ids)``. Compile time is taken three ways: *cold* is the schema's first compile in
   this engine's run, which starts with an empty fragment library (its own ``CANONMERGE_CACHE_DIR``, whose
   tokenizer assets and canonical automata are links to the real cache) — fragments compiled for earlier
   schemas of the run are reused, as a user's library would be; *warm* is a second compile of the same schema
-  right after, every fragment then in the library. Before its first schema, each worker compiles, masks and
-  walks a small schema of every value type outside the timings (numba's kernels load, or in a fresh checkout
-  compile, on first use) and empties the in-memory library again.
+  right after, every fragment then in the library; *new keys* is then the compile of the schema with every
+  declared property renamed (``name`` → ``name_x``): a new schema of the same shapes, whose value fragments are
+  in the library and whose key fragments are not (a free key, allowed where ``additionalProperties`` is absent,
+  must differ from the declared keys, so its fragment depends on them). Before its first schema, each worker
+  compiles, masks and walks a small schema of every value type outside the timings (numba's kernels load, or in
+  a fresh checkout compile, on first use) and empties the in-memory library again.
 - ``llguidance`` (1.9.1), ``xgrammar`` (0.2.8), ``outlines-core`` (0.2.14): each peer built from the same
   ``tokenizer.json`` by ``bench/peers.py``'s classes, with its default JSON-Schema settings (xgrammar:
   ``any_whitespace=True, strict_mode=True``, properties in schema order; outlines-core: ``[ ]?`` whitespace).
@@ -54,6 +57,7 @@ import multiprocessing
 import os
 import platform
 import random
+import re
 import shutil
 import sys
 import tempfile
@@ -295,6 +299,16 @@ def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -
             warm_ms.append((time.perf_counter() - t0) * 1e3)
         guides = (guides[1:2] + guides[:1] + guides[2:])[:repeats]
         result["compile_warm_ms"] = float(np.median(warm_ms))
+        # A new schema of the same shapes: every declared property renamed. Its value fragments are in the
+        # library; the fragments that spell keys (and free keys, which exclude the declared ones) are not.
+        renamed = _renamed_keys(schema, "_x")
+        if renamed != schema:
+            t0 = time.perf_counter()
+            try:
+                engine.compile(renamed)
+                result["compile_new_keys_ms"] = (time.perf_counter() - t0) * 1e3
+            except Exception as exc:  # (a $ref or keyword the renaming broke: not measured)
+                result["new_keys_error"] = f"{type(exc).__name__}: {exc}"[:300]
         result["guide_nodes"] = int(compiled.num_nodes)
         result["guide_memory_mb"] = compiled.memory_bytes / 1e6
         words = guides[0].num_words
@@ -493,6 +507,34 @@ def _percentile(values, q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
 
 
+_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+
+
+def _renamed_keys(node, suffix: str):
+    """``node`` with every declared property name (``properties``, ``required``, ``dependentRequired``, and the
+    ``$ref`` pointers through ``properties``) given ``suffix``; values of data keywords are left as they are."""
+    if isinstance(node, list):
+        return [_renamed_keys(x, suffix) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {}
+    for key, value in node.items():
+        if key in _DATA_KEYWORDS:
+            out[key] = value
+        elif key == "properties" and isinstance(value, dict):
+            out[key] = {name + suffix: _renamed_keys(sub, suffix) for name, sub in value.items()}
+        elif key == "required" and isinstance(value, list):
+            out[key] = [name + suffix if isinstance(name, str) else name for name in value]
+        elif key in ("dependentRequired", "dependencies", "dependentSchemas") and isinstance(value, dict):
+            out[key] = {name + suffix: ([n + suffix for n in sub] if isinstance(sub, list)
+                                        else _renamed_keys(sub, suffix)) for name, sub in value.items()}
+        elif key == "$ref" and isinstance(value, str):
+            out[key] = re.sub(r"(/properties/[^/]+)", lambda m: m.group(1) + suffix, value)
+        else:
+            out[key] = _renamed_keys(value, suffix)
+    return out
+
+
 def summarize(outcomes: dict[str, dict], names: list[str] | None = None) -> dict:
     """One engine's table row over the schemas ``names`` (all of them when None)."""
     items = [(n, r) for n, r in outcomes.items() if names is None or n in names]
@@ -500,6 +542,7 @@ def summarize(outcomes: dict[str, dict], names: list[str] | None = None) -> dict
     ok = [r for _, r in items if r["status"] == "ok"]
     compile_ms = [r["compile_ms"] for r in ok]
     warm_ms = [r["compile_warm_ms"] for r in ok if "compile_warm_ms" in r]
+    new_keys_ms = [r["compile_new_keys_ms"] for r in ok if "compile_new_keys_ms" in r]
     mask_us = np.concatenate([np.asarray(r["mask_ns"], dtype=np.float64) for r in ok] or [np.zeros(0)]) / 1e3
     valid = [v for r in ok for v in r["valid"]]
     invalid = [v for r in ok for v in r["invalid_rejected"]]
@@ -514,6 +557,8 @@ def summarize(outcomes: dict[str, dict], names: list[str] | None = None) -> dict
         "compile_ms_p99": _percentile(compile_ms, 99), "compile_ms_max": max(compile_ms, default=None),
         "warm_compile_ms_p50": _percentile(warm_ms, 50), "warm_compile_ms_p90": _percentile(warm_ms, 90),
         "warm_compile_ms_p99": _percentile(warm_ms, 99),
+        "new_keys_compiled": len(new_keys_ms), "new_keys_compile_ms_p50": _percentile(new_keys_ms, 50),
+        "new_keys_compile_ms_p90": _percentile(new_keys_ms, 90),
         "masks": int(mask_us.size), "mask_us_mean": float(mask_us.mean()) if mask_us.size else None,
         "mask_us_p50": _percentile(mask_us, 50), "mask_us_p99": _percentile(mask_us, 99),
         "mask_us_max": float(mask_us.max()) if mask_us.size else None,
@@ -533,16 +578,19 @@ def _fmt(value, unit: str = "", digits: int = 1) -> str:
 def print_table(title: str, rows: dict[str, dict]) -> None:
     print(f"\n{title}\n")
     print("| engine | covered | refused / error / failed / timeout / memory+crash | valid accepted | invalid rejected "
-          "| compile p50 / p90 / p99 (cold) | compile p50 / p90 / p99 (warm) | mask mean / p50 / p99 | forced |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| compile p50 / p90 / p99 (cold) | compile p50 / p90 / p99 (warm) | new keys p50 / p90 (n) "
+          "| mask mean / p50 / p99 | forced |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for engine, r in rows.items():
         warm = (f"{_fmt(r['warm_compile_ms_p50'], digits=2)} / {_fmt(r['warm_compile_ms_p90'], digits=2)} / "
                 f"{_fmt(r['warm_compile_ms_p99'], digits=2)} ms" if r["warm_compile_ms_p50"] is not None else "–")
         forced = _fmt(100 * r["forced_share"], " %") if r["forced_share"] is not None else "–"
+        new_keys = (f"{_fmt(r['new_keys_compile_ms_p50'], digits=1)} / {_fmt(r['new_keys_compile_ms_p90'], digits=1)}"
+                    f" ms ({r['new_keys_compiled']})" if r.get("new_keys_compile_ms_p50") is not None else "–")
         print(f"| {engine} | {r['covered']}/{r['schemas']} | {r['refused']} / {r['error']} / {r['failed']} / {r['timeout']} / "
               f"{r['memory'] + r['crashed']} | {r['valid_accepted']}/{r['valid']} | "
               f"{r['invalid_rejected']}/{r['invalid']} | {_fmt(r['compile_ms_p50'], digits=2)} / "
-              f"{_fmt(r['compile_ms_p90'], digits=2)} / {_fmt(r['compile_ms_p99'], digits=2)} ms | {warm} | "
+              f"{_fmt(r['compile_ms_p90'], digits=2)} / {_fmt(r['compile_ms_p99'], digits=2)} ms | {warm} | {new_keys} | "
               f"{_fmt(r['mask_us_mean'])} / {_fmt(r['mask_us_p50'])} / {_fmt(r['mask_us_p99'])} µs | {forced} |")
 
 
