@@ -47,12 +47,12 @@ class _Other(Exception):
     """Syntax this reader leaves to interegular."""
 
 
-def read(pattern: str, runs: Callable[[str], list[_CharGroup]] | None = None) -> Pattern | None:
+def read(pattern: str, runs: Callable[[str], str] | None = None) -> Pattern | None:
     """interegular's parse tree of ``pattern``, or None when the pattern uses syntax this reader leaves out.
 
     ``runs``: each maximal run of unquantified literal characters in a concatenation is given to it as a string,
-    and its groups stand for the run in the tree (``product.stitched`` reads a skeleton's keys as single
-    characters this way); by default a group per character."""
+    and the characters it returns stand for the run in the tree, one literal each (``product.stitched`` reads a
+    skeleton's keys as single characters this way); by default the run's own characters."""
     reader = _Reader(pattern, runs)
     try:
         tree = reader.alternation()
@@ -71,7 +71,7 @@ def _combine(groups: list[_CharGroup], negate: bool) -> _CharGroup:
 
 
 class _Reader:
-    def __init__(self, pattern: str, runs: Callable[[str], list[_CharGroup]] | None = None):
+    def __init__(self, pattern: str, runs: Callable[[str], str] | None = None):
         self.s, self.i, self.runs = pattern, 0, runs
 
     def alternation(self) -> Pattern:
@@ -120,11 +120,11 @@ class _Reader:
                 run.append(s[self.i - 1])  # an unquantified literal character (written as itself or escaped)
                 continue
             if run:
-                parts.extend(self.runs("".join(run)))
+                parts.extend(map(_literal, self.runs("".join(run))))
                 run.clear()
             parts.append(node)
         if run:
-            parts.extend(self.runs("".join(run)))
+            parts.extend(map(_literal, self.runs("".join(run))))
         return _Concatenation(tuple(parts))
 
     def quantified(self, base):

@@ -302,9 +302,9 @@ def test_reader_builds_interegulars_tree(pattern):
     tree = parse.read(pattern)
     assert tree is not None and tree.simplify() == interegular.parse_pattern(pattern)
     assert parse.read(pattern).simplify() == tree.simplify()  # the class cache gives the same groups
-    # runs of literals handed to ``runs`` (here: given back a group per character) leave the tree as it was
+    # runs of literals handed to ``runs`` (here: given back as they are) leave the tree as it was
     seen = []
-    by_runs = parse.read(pattern, lambda text: seen.append(text) or [_CharGroup(frozenset(c), False) for c in text])
+    by_runs = parse.read(pattern, lambda text: seen.append(text) or text)
     assert by_runs.simplify() == tree.simplify()
     assert all(seen)
 
@@ -313,9 +313,10 @@ def test_reader_hands_over_runs_of_unquantified_literals():
     from automata import parse
 
     seen = []
-    tree = parse.read(r'\{"ab": (c|d\.)e*f+\}', lambda text: seen.append(text) or [_CharGroup(frozenset(text), False)])
+    tree = parse.read(r'\{"ab": (c|d\.)e*f+\}', lambda text: seen.append(text) or ("R" if len(text) > 1 else text))
     assert sorted(seen) == sorted(['{"ab": ', "c", "d.", "}"])  # e and f are quantified: not in runs
-    assert len(tree.options[0].parts) == 5  # '{"ab": ' as one group, the group, e*, f+, '}'
+    assert len(tree.options[0].parts) == 5  # '{"ab": ' as one character R, the group, e*, f+, '}'
+    assert tree.options[0].parts[0] == _CharGroup(frozenset("R"), False)
 
 
 @pytest.mark.parametrize("pattern", _LEFT_TO_INTEREGULAR)
