@@ -330,7 +330,9 @@ class _Skeleton:
                 continue
             label[c] = _alternation([f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)])
             self.strings[c] = None
-            openings = [_leaf_openings(leaves[ch]) if ch in leaves else frozenset(ch) for ch in chars]
+            # (only fine cuts read a leaf's first characters: without them a state before a leaf is not cut)
+            openings = [(_leaf_openings(leaves[ch]) if fine_cuts else None) if ch in leaves else frozenset(ch)
+                        for ch in chars]
             self.opening[c] = None if None in openings else frozenset().union(*openings)
             # the first bytes of a leaf's texts where they are known; its last are not read (no state after a
             # leaf is cut)
@@ -674,11 +676,17 @@ def _agrees(encoded: bytes, text: bytes) -> bool:
     return encoded[:n] == text[:n]
 
 
+_MAX_LEAF_STATES = 100_000  # a leaf's character DFA, built only for its first characters (fine cuts)
+
+
 @functools.lru_cache(maxsize=4096)
 def _leaf_openings(regex: str) -> frozenset | None:
-    """The characters a text of ``regex`` can start with; None when it may be empty or start with characters the
-    regex does not name."""
-    table, accepting, start, mapping = _char_dfa(regex, 100_000)
+    """The characters a text of ``regex`` can start with; None when it may be empty, start with characters the
+    regex does not name, or its character DFA is too large to build (a string of ``maxLength: 10000``)."""
+    try:
+        table, accepting, start, mapping = _char_dfa(regex, _MAX_LEAF_STATES)
+    except StateLimitError:
+        return None
     if accepting[start]:
         return None
     chars = frozenset(ch for ch, c in mapping.items() if table[start, c] != MISSING)

@@ -543,3 +543,19 @@ def test_long_length_bounds_compile_within_the_default_state_limit():
         text = format_instance(instance, schema)
         assert guide.accepts(runtime.encode(text, add_special_tokens=False).ids) == valid, length
     assert type(product.compile_regex(r"[A-Z][a-z]{1,12}( [a-z]{1,12}){2,12}\.", canonical)) is product.Guide
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_a_very_long_length_bound_compiles(style):
+    """maxLength: 10000 (a MaskBench Snowplow schema): the string's leaf has a character DFA past any state limit,
+    which the skeleton once built just to learn its first characters (StateLimitError in JSON, gigabytes in
+    YAML); the counter compiles it, exact at both bounds."""
+    schema = {"type": "object", "properties": {"message": {"type": "string", "minLength": 1, "maxLength": 10000},
+                                               "notify": {"type": "boolean"}},
+              "required": ["message"], "additionalProperties": False}
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    guide = vegas.compile_schema(schema, canonical, style=style)
+    for length, valid in ((0, False), (1, True), (10_000, True), (10_001, False)):
+        text = format_instance({"message": "ab c" * (length // 4) + "d" * (length % 4), "notify": True}, schema,
+                               style=style)
+        assert guide.accepts(runtime.encode(text, add_special_tokens=False).ids) == valid, (style, length)
