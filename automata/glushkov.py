@@ -75,7 +75,8 @@ class _Positions:
     def position(self, chars: frozenset, negated: bool) -> _Triple:
         p = len(self.chars)
         if p >= self.max_positions:
-            raise StateLimitError(f"more than {self.max_positions} character positions (max_states)")
+            raise StateLimitError(f"more than {self.max_positions} character positions (max_states, or "
+                                  f"{_MAX_POSITIONS} at most: the follow sets would not fit in memory)")
         self.chars.append(chars)
         self.negated.append(negated)
         self.follow.append(0)
@@ -142,11 +143,11 @@ class _Positions:
 def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> CharDFA | None:
     """The DFA of ``tree`` (interegular's parse), or None if it uses what this construction leaves out.
 
-    Raises ``StateLimitError`` past ``max_states`` states (or 4x as many positions) and ``RegexError`` for a
-    repetition whose minimum exceeds its maximum. ``sparse`` picks step 4's implementation (None: by the size of
-    the follow sets; both give the same DFA, numbered alike).
+    Raises ``StateLimitError`` past ``max_states`` states (or 4x as many positions, at most ``_MAX_POSITIONS``) and
+    ``RegexError`` for a repetition whose minimum exceeds its maximum. ``sparse`` picks step 4's implementation
+    (None: by the size of the follow sets; both give the same DFA, numbered alike).
     """
-    positions = _Positions(4 * max_states)
+    positions = _Positions(min(4 * max_states, _MAX_POSITIONS))
     try:
         nullable, first, last = positions.visit(tree, 0)
     except _Unsupported:
@@ -206,6 +207,10 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     return CharDFA(class_target, accepting, 0, mapping)
 
 
+# Positions at most, whatever max_states: a follow set is a Python int as wide as the positions before it, so P
+# positions hold ~P^2/16 bytes of them (a 1.2M-character schema regex reached 14 GB at ~300k positions before its
+# StateLimitError; capped here it fails in 5 s at 1.4 GB). The largest fragment regexes compiled have ~26k.
+_MAX_POSITIONS = 120_000
 _SPARSE_POSITIONS = 128  # positions at least for the sparse subset construction
 _SPARSE_ENTRIES = 1 << 25  # follow entries at most for it (int64 arrays: 256 MB)
 

@@ -57,7 +57,7 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
     dfa = _expand(class_target, accepting, start, mapping, alphabet, max_states)
     dfa = dfa.minimise() if minimise else dfa.trim()  # both trim: an empty language keeps no accepting state
     if not dfa.accepting.any():
-        raise EmptyLanguageError(f"regex {pattern!r} matches no string over the {alphabet.kind} alphabet")
+        raise EmptyLanguageError(f"regex {shown(pattern)} matches no string over the {alphabet.kind} alphabet")
     return dfa
 
 
@@ -87,7 +87,7 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     labels = np.concatenate([exit_of, np.full(dfa.num_states - small.num_states, -1, dtype=np.int64)])
     dfa, exit_of = dfa.minimise_labelled(labels)
     if not dfa.accepting.any():
-        raise EmptyLanguageError(f"regex {pattern!r} matches no string over the bytes alphabet")
+        raise EmptyLanguageError(f"regex {shown(pattern)} matches no string over the bytes alphabet")
     return dfa, exit_of, exit_sets
 
 
@@ -103,7 +103,8 @@ def read_exits(class_target: np.ndarray, accepting: np.ndarray, mapping: dict,
         if char is anything_else or not is_exit_marker(char):
             continue
         if sum(1 for k in mapping.values() if k == c) != 1:
-            raise RegexError(f"regex {pattern!r}: exit marker U+{ord(char):04X} shares its class with other characters")
+            raise RegexError(f"regex {shown(pattern)}: exit marker U+{ord(char):04X} shares its class with other "
+                             "characters")
         target = class_target[:, c]
         for q in np.flatnonzero((target != MISSING) & accepting[np.maximum(target, 0)]).tolist():
             exits_at[q].append(ord(char) - _EXIT_BASE)
@@ -123,17 +124,24 @@ def is_exit_marker(char: str) -> bool:
     return _EXIT_BASE <= ord(char) < _EXIT_BASE + _MAX_EXITS
 
 
+def shown(pattern: str, most: int = 300) -> str:
+    """``pattern`` for an error message: its repr, cut after ``most`` characters (a schema's regex can be 1M)."""
+    if len(pattern) <= most:
+        return repr(pattern)
+    return f"{pattern[:most]!r}... ({len(pattern):,} characters)"
+
+
 def _char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
     """The character-class DFA of ``pattern`` (``glushkov``, or interegular's construction for lookaheads)."""
     try:
         tree = parse.read(pattern) or interegular.parse_pattern(pattern)
         return glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
     except (InvalidSyntax, Unsupported) as exc:
-        raise RegexError(f"regex {pattern!r}: {type(exc).__name__}: {str(exc) or 'invalid syntax'}") from None
+        raise RegexError(f"regex {shown(pattern)}: {type(exc).__name__}: {str(exc) or 'invalid syntax'}") from None
     except (RegexError, StateLimitError) as exc:
-        raise type(exc)(f"regex {pattern!r}: {exc}") from None
+        raise type(exc)(f"regex {shown(pattern)}: {exc}") from None
     except Exception as exc:  # interegular raises bare Exceptions for some malformed patterns
-        raise RegexError(f"regex {pattern!r} could not be compiled: {exc}") from None
+        raise RegexError(f"regex {shown(pattern)} could not be compiled: {exc}") from None
 
 
 def _class_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int) -> DFA:

@@ -58,7 +58,7 @@ import numpy as np
 
 from automata import MISSING, EmptyLanguageError, glushkov, parse
 from automata.errors import CanonmergeError, RegexError, StateLimitError
-from automata.regex import _char_dfa, _class_dfa, exit_marker, from_regex_exits
+from automata.regex import _char_dfa, _class_dfa, exit_marker, from_regex_exits, shown
 from automata.regions import eliminate
 from interegular.fsm import anything_else
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
@@ -729,7 +729,7 @@ def _skeleton_dfa(pattern: str, inner_pairs: bytes | None, max_states: int):
     try:
         dfa = glushkov.char_dfa(tree, max_states)
     except (RegexError, StateLimitError) as exc:
-        raise type(exc)(f"regex {pattern!r}: {exc}") from None
+        raise type(exc)(f"regex {shown(pattern)}: {exc}") from None
     if dfa is None:
         return (*_char_dfa(pattern, max_states), {})
     return (*dfa, {ch: text for text, ch in runs.runs.items()})

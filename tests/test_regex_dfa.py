@@ -191,6 +191,17 @@ def test_state_limit_is_enforced_before_building():
         from_regex(r"[a-z]{50}", max_states=20)
 
 
+def test_positions_are_capped_whatever_max_states(monkeypatch):
+    """A follow set costs as many bits as the positions before it: past the cap the construction stops with
+    StateLimitError (a 1.2M-character schema regex once took 14 GB before failing), whatever ``max_states``."""
+    from automata import glushkov
+
+    monkeypatch.setattr(glushkov, "_MAX_POSITIONS", 1000)
+    with pytest.raises(StateLimitError, match="1000 at most"):
+        from_regex(r"(ab){600}", max_states=1_000_000)
+    assert from_regex(r"(ab){400}", max_states=1_000_000).accepts(list(b"ab" * 400))
+
+
 def test_multibyte_characters_become_byte_paths():
     dfa = from_regex(r"é")
     assert dfa.accepts(list("é".encode())) and dfa.num_states == 3
