@@ -321,7 +321,7 @@ def test_the_json_schema_test_suite_never_accepts_an_invalid_instance(style):
 
 def test_bad_schemas_get_typed_errors_naming_keyword_and_pointer():
     cases = [
-        ({"type": "object", "properties": {"a": {"not": {"type": "null"}}}}, UnsupportedSchemaError, "not",
+        ({"type": "object", "properties": {"a": {"not": {"enum": [None]}}}}, UnsupportedSchemaError, "not",
          "#/properties/a"),
         ({"type": "array", "uniqueItems": True}, UnsupportedSchemaError, "uniqueItems", "#"),
         ({"$ref": "http://example.com/schema.json"}, UnsupportedSchemaError, "$ref", "#"),
@@ -439,6 +439,36 @@ def test_dependencies_and_merged_enums_agree_with_the_validator(style):
             verdicts.add(valid)
             assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
         assert verdicts == {True, False}
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_not_of_a_type_or_of_required_agrees_with_the_validator(style):
+    """``not`` written positively: a ``type`` alone is its complement (``number`` takes ``integer`` with it), a
+    ``required`` alone an object lacking one of the names (anything else satisfies ``required``, so is rejected);
+    other forms are refused by name."""
+    schemas = [
+        ({"type": "object", "required": ["foo"], "properties": {"foo": {"not": {"type": "number"}}}},
+         [{"foo": 1}, {"foo": 1.5}, {"foo": "1"}, {"foo": None}, {"foo": [1]}, {"foo": {"a": 1}}, {}, 3]),
+        ({"not": {"type": ["string", "null"]}, "anyOf": [{"type": "integer"}, {"type": "string"}, {"type": "null"}]},
+         [1, -7, "x", None, 2.5, True]),
+        ({"type": "object", "properties": {"body": {"type": "string"}, "bodyValue": {"type": "string"}},
+          "not": {"required": ["body", "bodyValue"]}},
+         [{}, {"body": "a"}, {"bodyValue": "b"}, {"body": "a", "bodyValue": "b"}, {"other": 1}, [], "s"]),
+        ({"not": {"required": ["a"], "description": "no a"}}, [{}, {"a": 1}, {"b": 2}, 1, "x", None, []]),
+        ({"properties": {"x": {"not": {}}}}, [{}, {"x": 1}, {"x": None}, {"y": 1}]),
+    ]
+    for schema, instances in schemas:
+        regex, validator = re.compile(schema_regex(schema, style)), jsonschema.Draft202012Validator(schema)
+        verdicts = set()
+        for instance in instances:
+            valid = validator.is_valid(instance)
+            verdicts.add(valid)
+            assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
+        assert verdicts == {True, False}
+    for negated in ({"type": "integer"}, {"enum": [1, 2]}, {"required": ["a"], "minProperties": 2}):
+        with pytest.raises(UnsupportedSchemaError) as raised:
+            schema_regex({"properties": {"p": {"not": negated}}}, style)
+        assert raised.value.keyword == "not" and raised.value.pointer == "#/properties/p"
 
 
 @pytest.mark.parametrize("style", STYLES)

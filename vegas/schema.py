@@ -16,9 +16,9 @@ own keywords, string ``minLength``/``maxLength``/``pattern``/``format`` (date, t
 ipv4, ipv6, hostname; unknown formats are annotations, as the standard says; a length bound with a pattern or
 format is shared out over the pattern's tree, ``lexical._bounded``), ``minimum``/``maximum``/
 ``exclusiveMinimum``/``exclusiveMaximum`` (decimal bounds compared digit by digit), ``multipleOf`` 1,
-``nullable``.
+``nullable``, ``not`` of a ``type`` or of a ``required`` (written positively: ``_negated``).
 
-Left out (``UnsupportedSchemaError`` names keyword and pointer): ``not``, ``if``/``then``/``else``,
+Left out (``UnsupportedSchemaError`` names keyword and pointer): other ``not``, ``if``/``then``/``else``,
 ``patternProperties`` too large to write by region, ``propertyNames``,
 other ``min/maxProperties``, ``uniqueItems``, ``contains``, other ``multipleOf``, ``unevaluated*``, remote
 ``$ref``s, a fractional number bound within 1e-4 of zero, a ``pattern`` with a ``format``, a length bound several
@@ -227,6 +227,11 @@ class Compiler:
             if schema.get(keyword):
                 return self._dependent(schema, keyword, pointer, stack)
             schema.pop(keyword, None)
+        if "not" in schema:
+            positive = self._negated(schema["not"], f"{pointer}/not")
+            if positive is not None:  # (otherwise refused below)
+                rest = {k: v for k, v in schema.items() if k != "not"}
+                return self.alternatives({"allOf": [rest, positive]} if rest else positive, pointer, stack)
         for keyword in schema:
             if keyword in _UNSUPPORTED and not self._trivial(keyword, schema[keyword], schema):
                 value = json.dumps(schema[keyword])[:40]
@@ -287,6 +292,39 @@ class Compiler:
         for a in self.alternatives(present, pointer, stack):
             alts += [m for b in self.alternatives(extra, where, stack) if (m := self._merge(a, b)) is not None]
         return alts
+
+    @staticmethod
+    def _negated(negated, pointer: str):
+        """A schema of exactly the instances ``negated`` rejects, for the forms written positively (None for the
+        others, which are refused): ``true``/``false``/``{}``; a ``type`` alone (its complement; not ``integer``
+        alone, whose complement holds the non-integral numbers); a ``required`` alone (an object lacking one of
+        the names: a union over them; other instances satisfy ``required`` and are rejected)."""
+        if negated is True or negated == {}:
+            return False
+        if negated is False:
+            return True
+        if not isinstance(negated, dict):
+            raise SchemaError(f"not must be a schema, not {json.dumps(negated)[:60]}", keyword="not", pointer=pointer)
+        keywords = {k: v for k, v in negated.items() if k not in _ANNOTATIONS}
+        if set(keywords) == {"type"}:
+            declared = keywords["type"]
+            named = [declared] if isinstance(declared, str) else declared
+            if not isinstance(named, list) or any(t not in TYPES for t in named):
+                raise SchemaError(f"type must be one of {TYPES} or a list of them, not {declared!r}", keyword="type",
+                                  pointer=pointer)
+            if "number" in named:
+                named = [*named, "integer"]
+            elif "integer" in named:
+                return None  # the numbers that are not integers: no type names them
+            rest = [t for t in TYPES if t not in named]
+            return {"type": rest} if rest else False
+        if set(keywords) == {"required"} and isinstance(keywords["required"], list) \
+                and all(isinstance(name, str) for name in keywords["required"]):
+            names = list(dict.fromkeys(keywords["required"]))
+            if not names:
+                return False
+            return {"type": "object", "anyOf": [{"properties": {name: False}} for name in names]}
+        return None
 
     @staticmethod
     def _trivial(keyword: str, value, schema: dict) -> bool:
