@@ -430,15 +430,21 @@ def test_dependencies_and_merged_enums_agree_with_the_validator(style):
         ({"allOf": [{"enum": [1, 2, 3]}, {"const": 2}]}, [1, 2, 3]),
     ]
     for schema, instances in schemas:
-        regex = re.compile(schema_regex(schema, style))
         # (draft 2020-12 ignores draft 7's "dependencies"; canonmerge reads it as draft 7 does: a tightening)
-        validator = (jsonschema.Draft7Validator if "dependencies" in schema else jsonschema.Draft202012Validator)(schema)
-        verdicts = set()
-        for instance in instances:
-            valid = validator.is_valid(instance)
-            verdicts.add(valid)
-            assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
-        assert verdicts == {True, False}
+        _assert_agrees_with_validator(schema, instances, style, jsonschema.Draft7Validator if "dependencies" in schema
+                                      else jsonschema.Draft202012Validator)
+
+
+def _assert_agrees_with_validator(schema, instances, style, validator_class=jsonschema.Draft202012Validator):
+    """The regex of ``schema`` matches the text of each instance exactly when ``validator_class`` finds it valid;
+    the instances must include valid and invalid ones."""
+    regex, validator = re.compile(schema_regex(schema, style)), validator_class(schema)
+    verdicts = set()
+    for instance in instances:
+        valid = validator.is_valid(instance)
+        verdicts.add(valid)
+        assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
+    assert verdicts == {True, False}, schema
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -458,13 +464,7 @@ def test_not_of_a_type_or_of_required_agrees_with_the_validator(style):
         ({"properties": {"x": {"not": {}}}}, [{}, {"x": 1}, {"x": None}, {"y": 1}]),
     ]
     for schema, instances in schemas:
-        regex, validator = re.compile(schema_regex(schema, style)), jsonschema.Draft202012Validator(schema)
-        verdicts = set()
-        for instance in instances:
-            valid = validator.is_valid(instance)
-            verdicts.add(valid)
-            assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
-        assert verdicts == {True, False}
+        _assert_agrees_with_validator(schema, instances, style)
     for negated in ({"type": "integer"}, {"enum": [1, 2]}, {"required": ["a"], "minProperties": 2}):
         with pytest.raises(UnsupportedSchemaError) as raised:
             schema_regex({"properties": {"p": {"not": negated}}}, style)
@@ -488,15 +488,11 @@ def test_pattern_properties_agree_with_the_validator(style):
     values = [1, -1, 7, "x", "yy", "zzz", "q", True, False, None, [1], {"k": 1}]
     rng = np.random.default_rng(zlib.crc32(style.encode()))
     for schema in schemas:
-        regex, validator = re.compile(schema_regex(schema, style)), jsonschema.Draft202012Validator(schema)
-        verdicts = set()
+        instances = []
         for _ in range(150):
             chosen = rng.choice(len(keys), size=rng.integers(0, 5), replace=False)
-            instance = {keys[k]: values[rng.integers(len(values))] for k in chosen}
-            valid = validator.is_valid(instance)
-            verdicts.add(valid)
-            assert bool(regex.fullmatch(format_instance(instance, schema, style=style))) == valid, (schema, instance)
-        assert verdicts == {True, False}
+            instances.append({keys[k]: values[rng.integers(len(values))] for k in chosen})
+        _assert_agrees_with_validator(schema, instances, style)
 
 
 def test_combinators_keep_each_sides_additional_properties():

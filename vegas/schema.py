@@ -293,8 +293,7 @@ class Compiler:
             alts += [m for b in self.alternatives(extra, where, stack) if (m := self._merge(a, b)) is not None]
         return alts
 
-    @staticmethod
-    def _negated(negated, pointer: str):
+    def _negated(self, negated, pointer: str):
         """A schema of exactly the instances ``negated`` rejects, for the forms written positively (None for the
         others, which are refused): ``true``/``false``/``{}``; a ``type`` alone (its complement; not ``integer``
         alone, whose complement holds the non-integral numbers); a ``required`` alone (an object lacking one of
@@ -307,16 +306,10 @@ class Compiler:
             raise SchemaError(f"not must be a schema, not {json.dumps(negated)[:60]}", keyword="not", pointer=pointer)
         keywords = {k: v for k, v in negated.items() if k not in _ANNOTATIONS}
         if set(keywords) == {"type"}:
-            declared = keywords["type"]
-            named = [declared] if isinstance(declared, str) else declared
-            if not isinstance(named, list) or any(t not in TYPES for t in named):
-                raise SchemaError(f"type must be one of {TYPES} or a list of them, not {declared!r}", keyword="type",
-                                  pointer=pointer)
-            if "number" in named:
-                named = [*named, "integer"]
-            elif "integer" in named:
+            named = self._types(keywords, pointer)  # (checked; "number" stands for "integer" too)
+            if "integer" in named:
                 return None  # the numbers that are not integers: no type names them
-            rest = [t for t in TYPES if t not in named]
+            rest = [t for t in TYPES if t not in named and not (t == "integer" and "number" in named)]
             return {"type": rest} if rest else False
         if set(keywords) == {"required"} and isinstance(keywords["required"], list) \
                 and all(isinstance(name, str) for name in keywords["required"]):
