@@ -102,11 +102,16 @@ def read_exits(class_target: np.ndarray, accepting: np.ndarray, mapping: dict,
     for char, c in mapping.items():
         if char is anything_else or not is_exit_marker(char):
             continue
+        target = class_target[:, c]
+        ends = np.flatnonzero((target != MISSING) & accepting[np.maximum(target, 0)]).tolist()
+        if not ends:
+            # no marker here: a character of the markers' range that a class names (a leaf's "anything but ...",
+            # ``automata.regions``), which no text holds; only a marker ends an alternative
+            continue
         if sum(1 for k in mapping.values() if k == c) != 1:
             raise RegexError(f"regex {shown(pattern)}: exit marker U+{ord(char):04X} shares its class with other "
                              "characters")
-        target = class_target[:, c]
-        for q in np.flatnonzero((target != MISSING) & accepting[np.maximum(target, 0)]).tolist():
+        for q in ends:
             exits_at[q].append(ord(char) - _EXIT_BASE)
         marker_classes.append(c)
     set_id: dict[tuple[int, ...], int] = {}

@@ -214,8 +214,15 @@ LABELS = {"type": "object",  # keys by pattern, decimal bounds
                          "limits": {"type": "object", "minProperties": 1}},
           "patternProperties": {"^x-[a-z]+$": {"type": "integer", "minimum": 0}, "^[0-9]{2}$": {"type": "boolean"}},
           "required": ["service", "cpus"], "additionalProperties": False}
+OPEN_KEYS = {"type": "object",  # keys by an open-ended pattern (its region's regex names the surrogates it excludes)
+             "properties": {"_id": {"type": "string"}},
+             "patternProperties": {"^[A-Za-z]": {"oneOf": [{"type": "integer"}, {"type": "boolean"}]}},
+             "additionalProperties": False}
+AREA = {"type": "object",  # Glaive's overlapping oneOf: exactly one branch's names present
+        "properties": {"radius": {"type": "number"}, "length": {"type": "number"}, "width": {"type": "number"}},
+        "oneOf": [{"required": ["radius"]}, {"required": ["length", "width"]}]}
 SCHEMAS = {"person": PERSON, "function": FUNCTION_CALL, "order": ORDER, "tree": TREE, "oneOf": ONE_OF,
-           "labels": LABELS}
+           "labels": LABELS, "open_keys": OPEN_KEYS, "area": AREA}
 
 VALID = {
     "person": [{"name": "Ada Lovelace", "age": 36}, {"name": "Zoë", "age": 0, "nickname": None, "tags": []},
@@ -231,6 +238,8 @@ VALID = {
                "status": None, "gift": True}],
     "tree": [{"value": 1}, {"value": -3, "children": [{"value": 4, "children": []}, {"value": 5}]}],
     "oneOf": [{"kind": "circle", "r": 1.5}, {"kind": "square", "side": 2}],
+    "open_keys": [{}, {"_id": "a"}, {"_id": "a", "Ab": 1, "z": True}, {"q\"uote": -2}],
+    "area": [{"radius": 1}, {"length": 2, "width": 3}, {"radius": 1, "length": 2}],
     "labels": [{"service": "web", "cpus": 0.01}, {"service": "db", "cpus": 64.4, "x-replicas": 3, "42": True},
                {"service": "a: b", "cpus": 1, "x-b": 0, "x-c": 7, "00": False},
                {"service": "w", "cpus": 2, "replicas": 3, "limits": {"memory": "1G"}}],
@@ -258,6 +267,8 @@ INVALID = {
                "items": [{"sku": "ABC-1", "quantity": 1, "price": 1}], "status": "lost"}],
     "tree": [{"value": 1.5}, {"children": []}, {"value": 1, "children": [{"value": "2"}]}],
     "oneOf": [{"kind": "circle", "side": 2}, {"kind": "triangle", "r": 1}, {"kind": "square", "side": "2"}],
+    "open_keys": [{"_id": 1}, {"1a": 1}, {"a": "x"}, {"": True}, {"_id": "a", "b": None}, {"id": "a"}],
+    "area": [{}, {"length": 2}, {"radius": 1, "length": 2, "width": 3}, {"radius": "1"}],
     "labels": [{"service": "web", "cpus": 0.0099}, {"service": "web", "cpus": 64.5},
                {"service": "web", "cpus": 1, "x-replicas": -1}, {"service": "web", "cpus": 1, "x-Up": 1},
                {"service": "web", "cpus": 1, "123": True}, {"service": "web", "cpus": 1, "other": 1},
@@ -367,7 +378,7 @@ def test_schemas_come_as_dicts_json_strings_or_model_classes():
 @pytest.mark.parametrize("tokenizer", ["gpt2", "llama3", "mistral", "qwen3", "smollm2"])
 def test_guides_accept_the_runtime_encoding_of_valid_instances_only(tokenizer, style):
     canonical, runtime = automaton_of(tokenizer), runtime_of(tokenizer)
-    for name in ("function", "oneOf", "tree", "labels"):
+    for name in ("function", "oneOf", "tree", "labels", "open_keys", "area"):
         guide = vegas.compile_schema(SCHEMAS[name], canonical, style=style)
         for instance in VALID[name] + INVALID[name]:
             text = format_instance(instance, SCHEMAS[name], style=style)
@@ -469,6 +480,52 @@ def test_not_of_a_type_or_of_required_agrees_with_the_validator(style):
         with pytest.raises(UnsupportedSchemaError) as raised:
             schema_regex({"properties": {"p": {"not": negated}}}, style)
         assert raised.value.keyword == "not" and raised.value.pointer == "#/properties/p"
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_negations_of_several_keywords_agree_with_the_validator(style):
+    """An instance fails a schema when it fails one of its keywords: ``not`` of ``properties``, ``allOf``,
+    ``anyOf``, ``not``, ``$ref`` and of several keywords at once, each written positively."""
+    shape = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}}}
+    schemas = [
+        dict(shape, **{"not": {"properties": {"b": {"type": "string"}}, "required": ["a"]}}),
+        dict(shape, **{"not": {"allOf": [{"required": ["a"]}, {"required": ["b"]}]}}),
+        dict(shape, **{"not": {"anyOf": [{"required": ["a"]}, {"not": {"required": ["b"]}}]}}),
+        {"$defs": {"named": {"type": "object", "required": ["name"]}},
+         "properties": {"x": {"not": {"$ref": "#/$defs/named"}}}},
+        {"properties": {"x": {"not": {"type": ["object", "string"], "properties": {"n": {"type": "null"}}}}}},
+    ]
+    values = [None, 1, "s", [1], {}, {"a": 1}, {"b": "s"}, {"a": 1, "b": "s"}, {"name": 1}, {"n": None}, {"n": 1}]
+    for schema in schemas:
+        instances = values + [{"x": v} for v in values] + [{"a": "no"}, {"b": 2}]
+        _assert_agrees_with_validator(schema, instances, style)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_overlapping_one_of_branches_are_written_exclusively(style):
+    """``oneOf`` branches that overlap, each with a positive negation: branch i with every other negated, so each
+    instance satisfies exactly one (Glaive's ``oneOf: [{required: [radius]}, {required: [length, width]}]``).
+    Branches with no such negation are still refused by name."""
+    shape = {"type": "object", "properties": {name: {"type": "number"} for name in ("radius", "length", "width")}}
+    schemas = [
+        dict(shape, oneOf=[{"required": ["radius"]}, {"required": ["length", "width"]}]),
+        dict(shape, required=["length"], oneOf=[{"required": ["length", "width"]}, {"required": ["radius"]}]),
+        {"oneOf": [{"type": "string"}, {"type": ["string", "null"]}, {"type": "boolean"}]},
+        {"type": "object", "oneOf": [{"properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+                                     {"properties": {"error": {"type": "string"}}, "required": ["error"]}]},
+    ]
+    values = [1, 2.5, "s", None, True]
+    keys = ["radius", "length", "width", "ok", "error"]
+    rng = np.random.default_rng(zlib.crc32(style.encode()) + 1)
+    instances = values + [{}]
+    for _ in range(120):
+        chosen = rng.choice(len(keys), size=rng.integers(0, 4), replace=False)
+        instances.append({keys[k]: values[rng.integers(len(values))] for k in chosen})
+    for schema in schemas:
+        _assert_agrees_with_validator(schema, instances, style)
+    with pytest.raises(UnsupportedSchemaError) as raised:
+        schema_regex({"oneOf": [{"type": "string", "minLength": 2}, {"type": "string", "maxLength": 5}]}, style)
+    assert (raised.value.keyword, raised.value.pointer) == ("oneOf", "#")
 
 
 @pytest.mark.parametrize("style", STYLES)

@@ -9,16 +9,19 @@ Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lis
 false), ``patternProperties`` (keys by region of the patterns they match: ``_other_keys``),
 ``minProperties`` 1, ``dependencies``/``dependentRequired``/``dependentSchemas`` (``_dependent``),
 ``items``/``prefixItems``/``additionalItems``, ``minItems``/``maxItems``, ``enum``, ``const``,
-``anyOf``, ``oneOf`` (when its branches are disjoint: checked on their automata; overlapping branches are refused),
+``anyOf``, ``oneOf`` (disjoint branches as a union: checked on their automata; overlapping branches each taken
+with the others negated, where each has a positive negation: ``_exclusive``),
 ``allOf`` (merged), ``$ref`` to ``#...`` pointers, ``$defs``/``definitions`` (recursion unrolled ``max_recursion``
 times, deeper instances are not generated); a schema without ``type`` admits every type, each constrained by its
 own keywords, string ``minLength``/``maxLength``/``pattern``/``format`` (date, time, date-time, email, uuid, uri,
 ipv4, ipv6, hostname; unknown formats are annotations, as the standard says; a length bound with a pattern or
 format is shared out over the pattern's tree, ``lexical._bounded``), ``minimum``/``maximum``/
 ``exclusiveMinimum``/``exclusiveMaximum`` (decimal bounds compared digit by digit), ``multipleOf`` 1,
-``nullable``, ``not`` of a ``type`` or of a ``required`` (written positively: ``_negated``).
+``nullable``, ``not`` written positively keyword by keyword (``_negated``: of ``type``, ``required``,
+``properties``, ``not``, ``allOf``, ``anyOf``, ``$ref``).
 
-Left out (``UnsupportedSchemaError`` names keyword and pointer): other ``not``, ``if``/``then``/``else``,
+Left out (``UnsupportedSchemaError`` names keyword and pointer): other ``not`` (of ``enum``, ``const``, a bound,
+``integer`` alone...), overlapping ``oneOf`` branches without such negations, ``if``/``then``/``else``,
 ``patternProperties`` too large to write by region, ``propertyNames``,
 other ``min/maxProperties``, ``uniqueItems``, ``contains``, other ``multipleOf``, ``unevaluated*``, remote
 ``$ref``s, a fractional number bound within 1e-4 of zero, a ``pattern`` with a ``format``, a length bound several
@@ -46,6 +49,8 @@ __all__ = ["schema_regex", "Position", "TOP"]
 
 TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
 _SCALARS = ("null", "boolean", "number", "string")
+_MAX_NEGATION_DEPTH = 8  # schemas nested in a negation (through $ref, properties, allOf...) at most
+_MAX_EXCLUSIVE = 64  # alternatives at most from overlapping oneOf branches written exclusively (Compiler._exclusive)
 _ANY_MARK = "*"  # on an alternative's stack: one level of a true schema's nesting
 _ITEMS = ("items", "prefixItems", "additionalItems")
 _ANNOTATIONS = {"title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
@@ -260,7 +265,13 @@ class Compiler:
                     branch_alts = self.alternatives(branch, f"{pointer}/{keyword}/{i}", stack)
                     alts += [m for a in base for b in branch_alts if (m := self._merge(a, b)) is not None]
                 if keyword == "oneOf" and len(alts) > 1:
-                    self._check_disjoint(alts, pointer)
+                    try:
+                        self._check_disjoint(alts, pointer)
+                    except UnsupportedSchemaError as overlap:
+                        exclusive = self._exclusive(schema, branches, pointer, stack)
+                        if exclusive is None:
+                            raise overlap
+                        return exclusive
                 return alts
         return [Alternative(schema, pointer, self._types(schema, pointer), stack)]
 
@@ -293,11 +304,32 @@ class Compiler:
             alts += [m for b in self.alternatives(extra, where, stack) if (m := self._merge(a, b)) is not None]
         return alts
 
-    def _negated(self, negated, pointer: str):
+    def _exclusive(self, schema: dict, branches: list, pointer: str, stack: tuple) -> list[Alternative] | None:
+        """Overlapping ``oneOf`` branches written exactly where each branch has a positive negation
+        (``_negated``): branch i taken with the negation of every other, so each alternative satisfies exactly one
+        branch (``oneOf: [{required: [a]}, {required: [b]}]``: a without b, or b without a). None where a branch
+        has no such negation or the alternatives would be more than ``_MAX_EXCLUSIVE``."""
+        negations = [self._negated(branch, f"{pointer}/oneOf/{j}") for j, branch in enumerate(branches)]
+        if any(n is None for n in negations):
+            return None
+        alts: list[Alternative] = []
+        for i, branch in enumerate(branches):
+            others = [n for j, n in enumerate(negations) if j != i]
+            alts += self.alternatives(dict(schema, allOf=[branch, *others]), f"{pointer}/oneOf/{i}", stack)
+            if len(alts) > _MAX_EXCLUSIVE:
+                return None
+        return alts
+
+    def _negated(self, negated, pointer: str, depth: int = 0):
         """A schema of exactly the instances ``negated`` rejects, for the forms written positively (None for the
-        others, which are refused): ``true``/``false``/``{}``; a ``type`` alone (its complement; not ``integer``
-        alone, whose complement holds the non-integral numbers); a ``required`` alone (an object lacking one of
-        the names: a union over them; other instances satisfy ``required`` and are rejected)."""
+        others, which are refused). An instance fails a schema when it fails one of its keywords, so the
+        negation is the union of each keyword's (De Morgan): ``type``, its complement (not ``integer`` alone,
+        whose complement holds the non-integral numbers); ``required``, an object lacking one of the names;
+        ``properties`` (without ``additionalProperties``/``patternProperties``, which read it), an object whose
+        value for one declared name fails that name's schema (negated in turn); ``not``, its schema; ``allOf``,
+        failing one part; ``anyOf``, failing every branch; ``$ref``, its target's negation. Keywords that only
+        constrain one type (``required`` objects...) are satisfied by every other type, so their negations hold
+        only that type."""
         if negated is True or negated == {}:
             return False
         if negated is False:
@@ -305,18 +337,52 @@ class Compiler:
         if not isinstance(negated, dict):
             raise SchemaError(f"not must be a schema, not {json.dumps(negated)[:60]}", keyword="not", pointer=pointer)
         keywords = {k: v for k, v in negated.items() if k not in _ANNOTATIONS}
-        if set(keywords) == {"type"}:
-            named = self._types(keywords, pointer)  # (checked; "number" stands for "integer" too)
-            if "integer" in named:
+        if depth > _MAX_NEGATION_DEPTH or "additionalProperties" in keywords or "patternProperties" in keywords:
+            return None
+        parts = []
+        for keyword, value in keywords.items():
+            part = self._negated_keyword(keyword, value, pointer, depth)
+            if part is None:
+                return None
+            if part is not False:
+                parts.append(part)
+        return False if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
+
+    def _negated_keyword(self, keyword: str, value, pointer: str, depth: int):
+        """``_negated`` of one keyword of a schema (False: nothing fails it; None: not written positively)."""
+        if keyword == "type":
+            named = self._types({"type": value}, pointer)  # (checked; "number" stands for "integer" too)
+            if "integer" in named and "number" not in named:
                 return None  # the numbers that are not integers: no type names them
             rest = [t for t in TYPES if t not in named and not (t == "integer" and "number" in named)]
             return {"type": rest} if rest else False
-        if set(keywords) == {"required"} and isinstance(keywords["required"], list) \
-                and all(isinstance(name, str) for name in keywords["required"]):
-            names = list(dict.fromkeys(keywords["required"]))
-            if not names:
-                return False
-            return {"type": "object", "anyOf": [{"properties": {name: False}} for name in names]}
+        if keyword == "required":
+            if not isinstance(value, list) or not all(isinstance(name, str) for name in value):
+                raise SchemaError("required must be an array of strings", keyword="required", pointer=pointer)
+            names = list(dict.fromkeys(value))
+            return {"type": "object", "anyOf": [{"properties": {n: False}} for n in names]} if names else False
+        if keyword == "properties" and isinstance(value, dict):
+            failing = []
+            for name, sub in value.items():
+                fails = self._negated(sub, f"{pointer}/properties/{_escape_pointer(name)}", depth + 1)
+                if fails is None:
+                    return None
+                if fails is not False:
+                    failing.append({"type": "object", "required": [name], "properties": {name: fails}})
+            return False if not failing else failing[0] if len(failing) == 1 else {"anyOf": failing}
+        if keyword == "not":
+            return value
+        if keyword in ("allOf", "anyOf") and isinstance(value, list) and value:
+            each = [self._negated(part, f"{pointer}/{keyword}/{i}", depth + 1) for i, part in enumerate(value)]
+            if any(n is None for n in each):
+                return None
+            if keyword == "allOf":
+                each = [n for n in each if n is not False]
+                return False if not each else {"anyOf": each}
+            return False if any(n is False for n in each) else {"allOf": each}
+        if keyword == "$ref":
+            target, target_pointer = self.resolve_ref(value, pointer)
+            return self._negated(target, target_pointer, depth + 1)
         return None
 
     @staticmethod
