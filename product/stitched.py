@@ -13,10 +13,11 @@ each standing for a regex (``vegas.schema`` writes JSON Schema this way). Its ch
 literal structure (keys, punctuation) is in it, and each run of literals that no cut could split (every byte pair
 in it inside some token) is one character of that DFA (``_skeleton_dfa``). A state of the skeleton is *cut* when
 every edge into it reads a literal character x, every edge out of it a literal character y, and no token contains
-the last byte of any x followed by the first byte of any y. A fragment is what the skeleton reads from a cut
-state (or the start) up to the next cut states, its *exits*: written as a regex (placeholders replaced by their
-regexes, each exit by a marker, ``automata.regex.exit_marker``) and compiled by ``from_regex_exits`` into a byte
-DFA that knows which accepting state is which exit. Exit 0 is the end of the text.
+the last byte of any x followed by the first byte of any y — unless only literal text lies between it and the cut
+states on either side (``_literal_cuts_dropped``: a key is one fragment, not three). A fragment is what the
+skeleton reads from a cut state (or the start) up to the next cut states, its *exits*: written as a regex
+(placeholders replaced by their regexes, each exit by a marker, ``automata.regex.exit_marker``) and compiled by
+``from_regex_exits`` into a byte DFA that knows which accepting state is which exit. Exit 0 is the end of the text.
 
 At run time a state is (fragment instance, state of the instance's guide), numbered into one int. When a token
 reaches an exit, the state moves to the next instance's initial state in the context the token left: an
@@ -378,7 +379,7 @@ class _Skeleton:
             for q in crossed:
                 pairs_q = [(x, y) for x in sorted(into[q]) for y in sorted(out[q]) if inner[x * 256 + y]]
                 cut[q] = not test.crossed(q, pairs_q)
-        self.cut = cut
+        self.cut = _literal_cuts_dropped(cut, edges, self.strings, start)
         # per state, its edges: target -> the regex of the characters that lead there (edges come in row order,
         # so a target's classes in increasing order, as a walk along the row meets them)
         classes_into: list[dict[int, list[int]]] = [{} for _ in range(n)]
@@ -461,6 +462,38 @@ class _Skeleton:
             return eliminate(edges, SOURCE, SINK, _MAX_FRAGMENT_REGEX), exits
         except StateLimitError:
             raise FragmentTooLongError("a fragment's regex is too long to write out") from None
+
+
+def _literal_cuts_dropped(cut: list[bool], edges: list[tuple[int, int, int]], strings: dict, start: int) -> list[bool]:
+    """``cut`` without the cut states that only literal text surrounds: every path from the cut states (or the
+    start) before q up to q, and from q up to the cut states after it, reads literal classes (keys, punctuation;
+    no leaf). Such pieces are schema-specific text, cheap to compile as one fragment, and each instance costs a
+    warm compile a regex written and a library lookup (the key ``"customer_name":`` on Llama-3 was three
+    instances: ``{"customer``, ``_name``, ``":``)."""
+    outs: dict[int, list] = {}
+    ins: dict[int, list] = {}
+    for q, c, t in edges:
+        literal = strings[c] is not None
+        outs.setdefault(q, []).append((t, literal))
+        ins.setdefault(t, []).append((q, literal))
+
+    def literal_only(q: int, adjacent: dict, stops) -> bool:
+        todo, seen = [q], {q}
+        while todo:
+            for nxt, literal in adjacent.get(todo.pop(), ()):
+                if not literal:
+                    return False
+                if nxt not in seen and not stops(nxt):
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return True
+
+    kept = list(cut)
+    for q, is_cut in enumerate(cut):
+        if is_cut and literal_only(q, outs, lambda s: cut[s]) and \
+                literal_only(q, ins, lambda s: cut[s] or s == start):
+            kept[q] = False
+    return kept
 
 
 class _Crossing:

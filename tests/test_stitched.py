@@ -12,7 +12,7 @@ import pytest
 
 import product
 import vegas
-from product.stitched import (StitchError, StitchedGuide, _inner_pairs, _Skeleton, compile_stitched,
+from product.stitched import (PLACEHOLDERS, StitchError, StitchedGuide, _inner_pairs, _Skeleton, compile_stitched,
                               fragment_library)
 from tests.conftest import automaton_of, runtime_of
 from tests.test_schema import SCHEMAS, VALID
@@ -121,6 +121,8 @@ def test_literal_runs_keep_every_cut_of_the_character_dfa(name, monkeypatch):
     canonical = automaton_of(name)
     pattern = r'\{"a": 1(, "bb": true)?(, "c": \[1(, 2)*\])?, "d": \{"e": null\}\}'
     texts = ['{"a": 1, "d": {"e": null}}', '{"a": 1, "bb": true, "c": [1, 2, 2], "d": {"e": null}}']
+    # (all literal: every cut would be dropped as one fragment's; the cuts themselves are compared here)
+    monkeypatch.setattr(stitched, "_literal_cuts_dropped", lambda cut, *_: cut)
     with_runs = _Skeleton(pattern, {}, canonical, 10_000)
     original = stitched._skeleton_dfa
     monkeypatch.setattr(stitched, "_skeleton_dfa", lambda p, pairs, m: original(p, None, m))
@@ -135,11 +137,41 @@ def test_literal_runs_keep_every_cut_of_the_character_dfa(name, monkeypatch):
         assert cuts(by_character, text) and cuts(by_character, text) <= cuts(with_runs, text)
 
 
-def test_yaml_lines_are_cut_where_no_token_holding_their_bytes_fits():
+@pytest.mark.parametrize("name", ["gpt2", "llama3"])
+def test_cuts_between_literal_pieces_are_not_made(name, monkeypatch):
+    """A cut state with only literal text between it and the cuts on either side is dropped (the key
+    ``"customer_name":`` one fragment, not three); cuts next to a leaf stay. The guide is the same language either
+    way: its masks match the whole regex's along the walks."""
+    import product.stitched as stitched
+
+    canonical = automaton_of(name)
+    leaf = chr(PLACEHOLDERS[0])
+    pattern = r'\{"customer_name": ' + leaf + r', "order_items": \[\]\}'
+    leaves = {leaf: '"[a-z]*"'}
+    dropped = _Skeleton(pattern, leaves, canonical, 10_000)
+    monkeypatch.setattr(stitched, "_literal_cuts_dropped", lambda cut, *_: cut)
+    every = _Skeleton(pattern, leaves, canonical, 10_000)
+    assert sum(dropped.cut) < sum(every.cut)
+    # the cuts kept are those before the leaf's fragment: a state whose next edge reads a leaf's text, or after it
+    kept = [q for q, c in enumerate(dropped.cut) if c]
+    assert kept and all(every.cut[q] for q in kept)
+    monkeypatch.undo()
+    guide = compile_stitched(pattern, leaves, canonical, library=stitched.FragmentLibrary(canonical))
+    whole = product.compile_regex(pattern.replace(leaf, f"(?:{leaves[leaf]})"), canonical)
+    ids = runtime_of(name).encode('{"customer_name": "ada", "order_items": []}', add_special_tokens=False).ids
+    _same_walk(guide, whole, ids)
+    assert guide.accepts(ids)
+
+
+def test_yaml_lines_are_cut_where_no_token_holding_their_bytes_fits(monkeypatch):
     """Llama-3's tokens hold "\n" + " " (runs of whitespace ending in a line break) and runs of spaces, so the
     byte pairs alone cut no YAML line there. Laid across the text around each position, none fits after a line
     break, nor across the last space of an indentation (the pieces are "\n", "   ", " b"); a run of spaces fits
     across the first of four (the piece "   " holds it), which stays uncut."""
+    import product.stitched as stitched
+
+    # (all literal: every cut would be dropped as one fragment's; the cuts themselves are compared here)
+    monkeypatch.setattr(stitched, "_literal_cuts_dropped", lambda cut, *_: cut)
     canonical = automaton_of("llama3")
     pairs = _inner_pairs(canonical)
     assert pairs[ord("\n"), ord(" ")] and pairs[ord(" "), ord(" ")]
