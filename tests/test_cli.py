@@ -109,7 +109,7 @@ def _bad_gguf(tmp_path: Path) -> str:
     ("unknown tokenizer", ["generate", "--regex", "a", "--tokenizer", "gpt5", "hi"], ["unknown tokenizer", "gpt5"]),
     ("unreadable model", ["generate", "--regex", "(yes|no)", "--tokenizer", "smollm2", "--model", "BAD", "hi"],
      ["cannot load model", "broken.gguf"]),
-    ("unsupported schema", ["generate", "--schema", "SCHEMA:{\"not\": {\"enum\": [1]}}", "hi"],
+    ("unsupported schema", ["generate", "--schema", "SCHEMA:{\"not\": {\"minLength\": 3}}", "hi"],
      ["UnsupportedSchemaError", "not"]),
     ("schema not JSON", ["generate", "--schema", "SCHEMA:{oops", "hi"], ["not valid JSON"]),
     ("graph: invalid regex", ["graph", "[z-a]"], ["invalid regex"]),

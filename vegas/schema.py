@@ -18,10 +18,10 @@ ipv4, ipv6, hostname; unknown formats are annotations, as the standard says; a l
 format is shared out over the pattern's tree, ``lexical._bounded``), ``minimum``/``maximum``/
 ``exclusiveMinimum``/``exclusiveMaximum`` (decimal bounds compared digit by digit), ``multipleOf`` 1,
 ``nullable``, ``not`` written positively keyword by keyword (``_negated``: of ``type``, ``required``,
-``properties``, ``not``, ``allOf``, ``anyOf``, ``$ref``).
+``properties``, ``not``, ``allOf``, ``anyOf``, ``$ref``, ``enum``/``const`` of scalars).
 
-Left out (``UnsupportedSchemaError`` names keyword and pointer): other ``not`` (of ``enum``, ``const``, a bound,
-``integer`` alone...), overlapping ``oneOf`` branches without such negations, ``if``/``then``/``else``,
+Left out (``UnsupportedSchemaError`` names keyword and pointer): other ``not`` (of a bound, a length, ``integer``
+alone...), overlapping ``oneOf`` branches without such negations, ``if``/``then``/``else``,
 ``patternProperties`` too large to write by region, ``propertyNames``,
 other ``min/maxProperties``, ``uniqueItems``, ``contains``, other ``multipleOf``, ``unevaluated*``, remote
 ``$ref``s, a fractional number bound within 1e-4 of zero, a ``pattern`` with a ``format``, a length bound several
@@ -383,6 +383,10 @@ class Compiler:
         if keyword == "$ref":
             target, target_pointer = self.resolve_ref(value, pointer)
             return self._negated(target, target_pointer, depth + 1)
+        if keyword in ("enum", "const"):
+            if keyword == "enum" and not isinstance(value, list):
+                raise SchemaError("enum must be an array", keyword="enum", pointer=pointer)
+            return _all_but(value if keyword == "enum" else [value])
         return None
 
     @staticmethod
@@ -776,6 +780,50 @@ class Compiler:
     def _other_key(self, declared: list[str]) -> str:
         """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
         return self.leaf('"' + _string_except(declared, self.style) + '"') + (": " if self.style == "json" else ":")
+
+
+def _all_but(values: list) -> dict | None:
+    """A schema of every instance but ``values`` (None where one is an array or an object): the types none of
+    them has, the other boolean, strings but these (a ``pattern``: the complement of their trie), numbers between
+    them (exclusive bounds, so ``1`` and ``1.0`` both go)."""
+    if any(isinstance(v, (list, dict)) for v in values):
+        return None
+    strings = sorted({v for v in values if isinstance(v, str)})
+    numbers = sorted({v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    booleans = [b for b in (True, False) if not any(v is b for v in values)]
+    parts: list[dict] = [{"type": ["object", "array"]}]
+    if not any(v is None for v in values):
+        parts.append({"type": "null"})
+    if booleans:
+        parts.append({"type": "boolean"} if len(booleans) == 2 else {"type": "boolean", "enum": booleans})
+    parts.append({"type": "string", "pattern": "^" + _trie_complement(word_trie(strings)) + "$"} if strings
+                 else {"type": "string"})
+    bounds = [None, *numbers, None]
+    for lo, hi in zip(bounds, bounds[1:]):
+        part = {"type": "number"}
+        if lo is not None:
+            part["exclusiveMinimum"] = lo
+        if hi is not None:
+            part["exclusiveMaximum"] = hi
+        parts.append(part)
+    return {"anyOf": parts}
+
+
+def _trie_complement(node: dict) -> str:
+    """An ECMA-262 pattern of the strings that are not a word of the trie ``node`` (``charset.word_trie``): the
+    empty string unless a word ends here, a character no word goes on with followed by anything, or a character
+    some word goes on with followed by the complement below it."""
+    children = sorted(c for c in node if c)
+    parts = [] if "" in node else [""]
+    parts.append(("[^" + "".join(_ecma(c, True) for c in children) + "]" if children else "[\\s\\S]")
+                 + "[\\s\\S]*")
+    parts += [_ecma(c, False) + _trie_complement(node[c]) for c in children]
+    return "(?:" + "|".join(parts) + ")"
+
+
+def _ecma(char: str, in_class: bool) -> str:
+    """``char`` as a literal in an ECMA-262 pattern (inside a class or not)."""
+    return "\\" + char if char in ("\\]^-[" if in_class else "\\^$.|?*+()[]{}/") else char
 
 
 def _string_except(words: list[str], style: str) -> str:
