@@ -557,6 +557,32 @@ def test_pattern_properties_agree_with_the_validator(style):
         _assert_agrees_with_validator(schema, instances, style)
 
 
+def test_formatting_picks_an_alternative_in_linear_time():
+    """Where several alternatives fit a value, ``format_instance`` tries each one's regex on the value's text: with
+    Python's ``re`` an item matched by either of two overlapping branches backtracked over every split (2^n for n
+    items: 0.5 s at 20, minutes at 30, as overlapping ``oneOf`` branches written exclusively made common); on the
+    regex's DFA it is one pass. (An alarm turns a hang into a failure.)"""
+    import signal
+
+    schema = {"anyOf": [{"type": "array", "items": {"anyOf": [{"type": "string"},
+                                                                {"type": "string", "maxLength": 3}]}},
+                        {"type": "array"}]}
+    value = ["ab"] * 40 + [1]  # the first alternative fails only at the last item
+
+    def too_slow(*_):
+        raise TimeoutError("format_instance backtracked")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(30)
+    try:
+        for style in STYLES:
+            text = format_instance(value, schema, style=style)
+            assert (json.loads(text) if style == "json" else yaml.safe_load(text)) == value
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_combinators_keep_each_sides_additional_properties():
     """A branch's ``additionalProperties: false`` survives distribution over the node's other keywords (it was
     dropped once, and a MaskBench instance with a key the branch forbids was accepted)."""

@@ -35,6 +35,7 @@ import re
 
 from vegas.charset import escape_of
 from automata.errors import CanonmergeError
+from interegular.fsm import anything_else
 from vegas import lexical
 from vegas.lexical import is_plain_safe
 
@@ -140,7 +141,7 @@ class _Writer:
         key = (id(alt.schema), alt.pointer, alt.stack, type_, pos)
         if key not in self._regexes:
             regex = self.compiler.typed(alt, type_, pos)
-            self._regexes[key] = (alt.schema, re.compile(regex) if regex is not None else None)
+            self._regexes[key] = (alt.schema, _Matcher.of(regex) if regex is not None else None)
         return self._regexes[key][1]
 
     def typed(self, value, alt, type_: str, pos) -> str:
@@ -188,6 +189,43 @@ class _Writer:
                              self.write(value[name], sub, where, inner, alt.stack))
             return _collection(parts, "{", "}", style, pos)
         return _scalar(value, style, lead)
+
+
+class _Matcher:
+    """``fullmatch`` of a schema regex in linear time, on its character DFA: Python's ``re`` backtracks, and on the
+    nested alternatives of overlapping ``oneOf`` branches written exclusively (MaskBench's o84270) one match ran
+    for minutes. An alternative whose DFA is too large matches nothing (the next one is tried)."""
+
+    def __init__(self, regex: str):
+        from automata.regex import _char_dfa
+
+        try:
+            table, accepting, start, mapping = _char_dfa(regex, _MAX_MATCH_STATES)
+        except CanonmergeError:
+            table = None
+        else:
+            self._rows = table.tolist()
+            self._accepting, self._start, self._mapping = accepting.tolist(), start, mapping
+            self._other = mapping[anything_else]
+        self._ok = table is not None
+
+    @staticmethod
+    @functools.lru_cache(maxsize=256)
+    def of(regex: str) -> "_Matcher":
+        return _Matcher(regex)
+
+    def fullmatch(self, text: str) -> bool:
+        if not self._ok:
+            return False
+        rows, mapping, other, q = self._rows, self._mapping, self._other, self._start
+        for ch in text:
+            q = rows[q][mapping.get(ch, other)]
+            if q < 0:
+                return False
+        return self._accepting[q]
+
+
+_MAX_MATCH_STATES = 100_000
 
 
 def matching_patterns(schema: dict, name: str, style: str) -> list[str]:
