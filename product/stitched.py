@@ -50,6 +50,7 @@ from __future__ import annotations
 import bisect
 import dataclasses
 import functools
+import itertools
 import re
 import threading
 import time
@@ -59,7 +60,8 @@ import numpy as np
 
 from automata import MISSING, EmptyLanguageError, glushkov, parse
 from automata.errors import CanonmergeError, RegexError, StateLimitError
-from automata.regex import _char_dfa, _class_dfa, exit_marker, from_regex_exits, shown
+from automata.dfa import minimal_table
+from automata.regex import _char_dfa, exit_marker, from_regex_exits, shown
 from automata.regions import eliminate
 from interegular.fsm import anything_else
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
@@ -309,8 +311,10 @@ class _Skeleton:
         # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
         # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
         # look up (Github_easy---o58839: 5,290 states -> 1,234)
-        small = _class_dfa(class_target, accepting, start).minimise()
-        class_target, accepting, start = small.transitions, small.accepting, small.start
+        minimal = minimal_table(class_target, accepting, start)
+        if minimal is None:
+            raise EmptyLanguageError("the skeleton accepts no text")
+        (class_target, accepting), start = minimal, 0
         self.accepting, self.start = np.asarray(accepting).tolist(), start
         chars_of: dict[int, list[str]] = {}
         for char, c in mapping.items():
@@ -407,10 +411,15 @@ class _Skeleton:
             if q in on_path:
                 raise _Cycle
             on_path.add(q)
-            parts = [exit_marker(0)] if self.accepting[q] else []
-            parts += [label + write(t, False) for t, label in self.edges[q].items()]
+            edges = self.edges[q]
+            if len(edges) == 1 and not self.accepting[q]:  # most states: one way on (a key's pieces, a comma)
+                (t, label), = edges.items()
+                text = label + write(t, False)
+            else:
+                parts = [exit_marker(0)] if self.accepting[q] else []
+                parts += [label + write(t, False) for t, label in edges.items()]
+                text = _alternation(parts)
             on_path.discard(q)
-            text = _alternation(parts)
             size[0] += len(text)
             if size[0] > _MAX_FRAGMENT_REGEX:
                 raise FragmentTooLongError("a fragment's regex is too long to write out")
@@ -469,31 +478,26 @@ def _literal_cuts_dropped(cut: list[bool], edges: list[tuple[int, int, int]], st
     start) before q up to q, and from q up to the cut states after it, reads literal classes (keys, punctuation;
     no leaf). Such pieces are schema-specific text, cheap to compile as one fragment, and each instance costs a
     warm compile a regex written and a library lookup (the key ``"customer_name":`` on Llama-3 was three
-    instances: ``{"customer``, ``_name``, ``":``)."""
-    outs: dict[int, list] = {}
-    ins: dict[int, list] = {}
+    instances: ``{"customer``, ``_name``, ``":``). Two linear passes: the states a leaf lies ahead of (before any
+    cut), marked back from the leaves' edges, and those a leaf lies behind, marked forward."""
+    n = len(cut)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    ahead, behind = [False] * n, [False] * n  # a leaf on some path from / to the state, no cut between
     for q, c, t in edges:
-        literal = strings[c] is not None
-        outs.setdefault(q, []).append((t, literal))
-        ins.setdefault(t, []).append((q, literal))
-
-    def literal_only(q: int, adjacent: dict, stops) -> bool:
-        todo, seen = [q], {q}
-        while todo:
-            for nxt, literal in adjacent.get(todo.pop(), ()):
-                if not literal:
-                    return False
-                if nxt not in seen and not stops(nxt):
-                    seen.add(nxt)
-                    todo.append(nxt)
-        return True
-
-    kept = list(cut)
-    for q, is_cut in enumerate(cut):
-        if is_cut and literal_only(q, outs, lambda s: cut[s]) and \
-                literal_only(q, ins, lambda s: cut[s] or s == start):
-            kept[q] = False
-    return kept
+        succ[q].append(t)
+        pred[t].append(q)
+        if strings[c] is None:
+            ahead[q] = behind[t] = True
+    for marked, onward, stop in ((ahead, pred, -1), (behind, succ, start)):
+        todo = [q for q in range(n) if marked[q] and not cut[q] and q != stop]
+        while todo:  # (paths stop at cut states and, behind, at the start)
+            for q in onward[todo.pop()]:
+                if not marked[q]:
+                    marked[q] = True
+                    if not cut[q] and q != stop:
+                        todo.append(q)
+    return [is_cut and (ahead[q] or behind[q]) for q, is_cut in enumerate(cut)]
 
 
 class _Crossing:
@@ -942,7 +946,7 @@ class StitchedGuide(Guide):
         self._guides = [inst.fragment.guide for inst in instances]
         self._M = self._guides[0]._M
         sizes = [g._num_states for g in self._guides]
-        self._base = [0] + np.cumsum(sizes).tolist()[:-1]
+        self._base = list(itertools.accumulate(sizes[:-1], initial=0))
         self._end = sum(sizes)
         # per instance, exit node -> the next instance's initial state, as one global state
         starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
