@@ -3,9 +3,11 @@ real tokenizers accept the runtime's encodings of valid instances, reject invali
 text that parses, validates and is canonical. Oracles: ``jsonschema`` (the validator), ``json``/``yaml`` (the
 readers), the ``tokenizers`` runtime (canonical encodings), the official JSON-Schema-Test-Suite."""
 
+import contextlib
 import itertools
 import json
 import re
+import signal
 import zlib
 
 import jsonschema
@@ -528,9 +530,13 @@ def test_overlapping_one_of_branches_are_written_exclusively(style):
         instances.append({keys[k]: values[rng.integers(len(values))] for k in chosen})
     for schema in schemas:
         _assert_agrees_with_validator(schema, instances, style)
-    with pytest.raises(UnsupportedSchemaError) as raised:
-        schema_regex({"oneOf": [{"type": "string", "minLength": 2}, {"type": "string", "maxLength": 5}]}, style)
-    assert (raised.value.keyword, raised.value.pointer) == ("oneOf", "#")
+    # 20 branches requiring two names each: 2^19 alternatives per branch, refused before they are merged
+    many = {"type": "object", "oneOf": [{"required": [f"a{i}", f"b{i}"]} for i in range(20)]}
+    for schema in ({"oneOf": [{"type": "string", "minLength": 2}, {"type": "string", "maxLength": 5}]}, many):
+        with _alarm(20):
+            with pytest.raises(UnsupportedSchemaError) as raised:
+                schema_regex(schema, style)
+        assert (raised.value.keyword, raised.value.pointer) == ("oneOf", "#")
 
 
 @pytest.mark.parametrize("style", STYLES)
@@ -557,30 +563,34 @@ def test_pattern_properties_agree_with_the_validator(style):
         _assert_agrees_with_validator(schema, instances, style)
 
 
+@contextlib.contextmanager
+def _alarm(seconds: int):
+    """A hang becomes a failure: ``TimeoutError`` after ``seconds``."""
+    def too_slow(*_):
+        raise TimeoutError(f"still running after {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, too_slow)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def test_formatting_picks_an_alternative_in_linear_time():
     """Where several alternatives fit a value, ``format_instance`` tries each one's regex on the value's text: with
     Python's ``re`` an item matched by either of two overlapping branches backtracked over every split (2^n for n
     items: 0.5 s at 20, minutes at 30, as overlapping ``oneOf`` branches written exclusively made common); on the
-    regex's DFA it is one pass. (An alarm turns a hang into a failure.)"""
-    import signal
-
+    regex's DFA it is one pass."""
     schema = {"anyOf": [{"type": "array", "items": {"anyOf": [{"type": "string"},
                                                                 {"type": "string", "maxLength": 3}]}},
                         {"type": "array"}]}
     value = ["ab"] * 40 + [1]  # the first alternative fails only at the last item
-
-    def too_slow(*_):
-        raise TimeoutError("format_instance backtracked")
-
-    previous = signal.signal(signal.SIGALRM, too_slow)
-    signal.alarm(30)
-    try:
+    with _alarm(30):
         for style in STYLES:
             text = format_instance(value, schema, style=style)
             assert (json.loads(text) if style == "json" else yaml.safe_load(text)) == value
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def test_combinators_keep_each_sides_additional_properties():

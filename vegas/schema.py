@@ -312,6 +312,12 @@ class Compiler:
         negations = [self._negated(branch, f"{pointer}/oneOf/{j}") for j, branch in enumerate(branches)]
         if any(n is None for n in negations):
             return None
+        # each branch's alternatives are at least the product of the others' negations' unions: past the bound,
+        # refused before merging them (12 branches requiring two names each: 2^11 merges per branch)
+        widths = [len(n["anyOf"]) if isinstance(n, dict) and isinstance(n.get("anyOf"), list) else 1
+                  for n in negations]
+        if any(math.prod(widths[:i] + widths[i + 1:]) > _MAX_EXCLUSIVE for i in range(len(widths))):
+            return None
         alts: list[Alternative] = []
         for i, branch in enumerate(branches):
             others = [n for j, n in enumerate(negations) if j != i]
