@@ -199,15 +199,14 @@ class _Matcher:
     def __init__(self, regex: str):
         from automata.regex import _char_dfa
 
+        self._rows = None  # (None: the DFA is too large; nothing matches)
         try:
             table, accepting, start, mapping = _char_dfa(regex, _MAX_MATCH_STATES)
         except CanonmergeError:
-            table = None
-        else:
-            self._rows = table.tolist()
-            self._accepting, self._start, self._mapping = accepting.tolist(), start, mapping
-            self._other = mapping[anything_else]
-        self._ok = table is not None
+            return
+        self._rows = table.tolist()
+        self._accepting, self._start, self._mapping = accepting.tolist(), start, mapping
+        self._other = mapping[anything_else]
 
     @staticmethod
     @functools.lru_cache(maxsize=256)
@@ -215,7 +214,7 @@ class _Matcher:
         return _Matcher(regex)
 
     def fullmatch(self, text: str) -> bool:
-        if not self._ok:
+        if self._rows is None:
             return False
         rows, mapping, other, q = self._rows, self._mapping, self._other, self._start
         for ch in text:

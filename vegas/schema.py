@@ -333,9 +333,9 @@ class Compiler:
         whose complement holds the non-integral numbers); ``required``, an object lacking one of the names;
         ``properties`` (without ``additionalProperties``/``patternProperties``, which read it), an object whose
         value for one declared name fails that name's schema (negated in turn); ``not``, its schema; ``allOf``,
-        failing one part; ``anyOf``, failing every branch; ``$ref``, its target's negation. Keywords that only
-        constrain one type (``required`` objects...) are satisfied by every other type, so their negations hold
-        only that type."""
+        failing one part; ``anyOf``, failing every branch; ``$ref``, its target's negation; ``enum``/``const`` of
+        scalars, every other instance (``_all_but``). Keywords that only constrain one type (``required``
+        objects...) are satisfied by every other type, so their negations hold only that type."""
         if negated is True or negated == {}:
             return False
         if negated is False:
@@ -358,7 +358,7 @@ class Compiler:
         """``_negated`` of one keyword of a schema (False: nothing fails it; None: not written positively)."""
         if keyword == "type":
             named = self._types({"type": value}, pointer)  # (checked; "number" stands for "integer" too)
-            if "integer" in named and "number" not in named:
+            if "integer" in named:
                 return None  # the numbers that are not integers: no type names them
             rest = [t for t in TYPES if t not in named and not (t == "integer" and "number" in named)]
             return {"type": rest} if rest else False
