@@ -7,7 +7,9 @@ JSON-like regex along the runtime's encoding of an instance). Three tables, in o
    implementation, ``before``, for reference) beside xgrammar's ``apply_token_bitmask_inplace`` backends
    (``cuda``, ``triton``, ``torch_native`` on a GPU; ``cpu``, ``torch_native`` on a CPU), for batch 1, 8, 64, 512
    and float32/bfloat16 logits: median time (CUDA events on a GPU, ``perf_counter`` on a CPU); every result is
-   checked bit-identical to canonmerge's ``auto``.
+   checked bit-identical to canonmerge's ``auto`` (xgrammar's on the vocabulary's columns: it leaves a model's
+   padded columns alone, canonmerge masks them). On a GPU, batch 1 also gets the host's time per call (back-to-back
+   calls, one synchronisation), and ``--configs`` times the Triton kernel's shapes.
 2. step: ``Guide.fill_bitmask`` for the batch, the host-to-device copy and the apply (float32), per step; the
    matcher's operations per token, beside ``Guide.advance``.
 3. batch fill of 64 matchers (``product.fill_next_token_bitmasks``) on 1 and 2 threads: one shared guide, 8
@@ -18,7 +20,7 @@ JSON-like regex along the runtime's encoding of an instance). Three tables, in o
 xgrammar is optional (``pip install --no-deps xgrammar==0.2.8 apache-tvm-ffi pydantic`` in a separate venv); its
 columns are left out when it is not importable. Results in ``bench/results/gpu_masks_<device>.json``.
 
-    python bench/gpu_masks.py [--device cuda|cpu] [--quick]
+    python bench/gpu_masks.py [--device cuda|cpu] [--quick] [--configs]
 """
 
 from __future__ import annotations
@@ -87,14 +89,17 @@ def _before(logits: torch.Tensor, bitmask: torch.Tensor) -> torch.Tensor:
 
 
 def _implementations(device: torch.device, vocab: int) -> dict:
-    """name -> apply(logits, bitmask), each masking columns at or past ``vocab``."""
-    out = {"canonmerge auto": lambda x, m: apply_bitmask(x, m, vocab_size=vocab)}
+    """name -> (apply(logits, bitmask), columns compared with canonmerge's result). canonmerge masks columns at or
+    past ``vocab`` (a model's padded rows); xgrammar leaves them alone (its engines mask them elsewhere), so it is
+    timed on its own operation and compared on the first ``vocab`` columns."""
+    out = {"canonmerge auto": (lambda x, m: apply_bitmask(x, m, vocab_size=vocab), None)}
     names = ["triton"] if _mask_kernel.triton_available(device) else []
     names += ["cpu"] if device.type == "cpu" else []
     names += ["torch"]
     for name in names:
-        out[f"canonmerge {name}"] = lambda x, m, name=name: apply_bitmask(x, m, vocab_size=vocab, backend=name)
-    out["canonmerge before"] = _before
+        out[f"canonmerge {name}"] = (lambda x, m, name=name: apply_bitmask(x, m, vocab_size=vocab, backend=name),
+                                     None)
+    out["canonmerge before"] = (_before, None)
     try:
         import xgrammar
     except ImportError as e:
@@ -104,17 +109,53 @@ def _implementations(device: torch.device, vocab: int) -> dict:
     for backend in backends:
         def xgr(x, m, backend=backend):
             xgrammar.apply_token_bitmask_inplace(x, m, vocab_size=vocab, backend=backend)
-            x[:, vocab:] = float("-inf")  # xgrammar leaves columns past vocab_size alone; canonmerge masks them
             return x
-        out[f"xgrammar {backend}"] = xgr
+        out[f"xgrammar {backend}"] = (xgr, vocab)
     return out
+
+
+GRAPHED = ("canonmerge auto", "canonmerge triton", "xgrammar cuda", "xgrammar triton")  # capturable in a CUDA graph
+
+
+def _graph_us(fn, copies: int = 20, replays: int = 10) -> float:
+    """Device time per call with the host out of the way: ``copies`` calls captured in a CUDA graph, replayed."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(copies):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(replays):
+        graph.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) * 1e3 / (copies * replays)
+
+
+def _host_us(fn, device: torch.device, calls: int = 500) -> float:
+    """Wall time per call over back-to-back calls, one synchronisation at the end: on a GPU, where the kernel is
+    short, this is the host's cost of a call (argument checks, the launch)."""
+    fn()
+    _sync(device)
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    _sync(device)
+    return (time.perf_counter() - t0) / calls * 1e6
 
 
 def apply_table(device: torch.device, masks: np.ndarray, vocab: int, batches, dtypes) -> list[dict]:
     impls = _implementations(device, vocab)
     rows = []
     print(f"\napply (median µs, {device.type}, {torch.get_num_threads()} torch threads; vocabulary {vocab:,}, "
-          f"logits {vocab + PAD:,} wide)")
+          f"logits {vocab + PAD:,} wide; ≠: not bit-identical to canonmerge auto)")
     print(f"{'batch':>5} {'dtype':>9} " + " ".join(f"{name:>18}" for name in impls))
     for batch in batches:
         words = torch.from_numpy(masks[np.arange(batch) % len(masks)].view(np.int32)).to(device)
@@ -122,22 +163,81 @@ def apply_table(device: torch.device, masks: np.ndarray, vocab: int, batches, dt
             base = torch.randn(batch, vocab + PAD, generator=torch.Generator().manual_seed(batch)).to(dtype).to(device)
             reference = apply_bitmask(base.clone(), words, vocab_size=vocab).cpu()
             row = {"batch": batch, "dtype": str(dtype).removeprefix("torch."), "us": {}, "identical": {}}
-            for name, fn in impls.items():
+            for name, (fn, columns) in impls.items():
                 try:
                     logits = base.clone()
                     fn(logits, words)
-                    row["identical"][name] = bool(torch.equal(logits.cpu(), reference))
+                    row["identical"][name] = bool(torch.equal(logits[:, :columns].cpu(), reference[:, :columns]))
                     row["us"][name] = _median_us(lambda: fn(logits, words), device,
                                                  budget_s=0.15 if batch >= 512 and device.type == "cpu" else 0.4)
                 except Exception as e:  # a backend that cannot run here (e.g. torch.compile without a compiler)
                     row["us"][name], row["identical"][name] = None, None
                     print(f"  {name}: {type(e).__name__}: {str(e).splitlines()[0][:100]}")
+            if device.type == "cuda":
+                row["graph_us"] = {}
+                for name in GRAPHED:
+                    if row["us"].get(name) is not None:
+                        fn, logits = impls[name][0], base.clone()
+                        row["graph_us"][name] = _graph_us(lambda: fn(logits, words))
+            if batch == 1 and device.type == "cuda":
+                row["host_us"] = {}
+                for name, (fn, _) in impls.items():
+                    if row["us"][name] is not None:
+                        logits = base.clone()
+                        row["host_us"][name] = _host_us(lambda: fn(logits, words), device)
             rows.append(row)
             cells = ["—" if row["us"][n] is None else f"{row['us'][n]:.1f}" + ("" if row["identical"][n] else " ≠")
                      for n in impls]
             print(f"{batch:>5} {row['dtype']:>9} " + " ".join(f"{c:>18}" for c in cells))
+            for field, label in (("graph_us", "graph"), ("host_us", "host")):
+                if field in row:
+                    cells = [f"{row[field][n]:.1f}" if n in row[field] else "—" for n in impls]
+                    print(f"{label:>5} {'per call':>9} " + " ".join(f"{c:>18}" for c in cells))
             del base
     return rows
+
+
+def host_table(device: torch.device, masks: np.ndarray, vocab: int) -> dict:
+    """Where the host's time of one batch-1 call goes (µs a call, back-to-back calls), beside a trivial torch op."""
+    logits = torch.randn(1, vocab + PAD, device=device)
+    words = torch.from_numpy(masks[:1].view(np.int32)).to(device)
+    apply_bitmask(logits, words, vocab_size=vocab)
+    parts = {
+        "apply_bitmask (auto)": lambda: apply_bitmask(logits, words, vocab_size=vocab),
+        "argument checks": lambda: _mask_kernel._check(logits, words, None, vocab),
+        "launch (after the checks)": lambda: _mask_kernel._apply_triton(logits, words, None, vocab),
+        "a torch op (fill_ of one logit)": lambda: logits[:, :1].fill_(0.0),
+    }
+    out = {name: _host_us(fn, device, calls=2000) for name, fn in parts.items()}
+    print("\nhost time of a batch-1 call (µs, 2,000 back-to-back calls)")
+    for name, value in out.items():
+        print(f"{name:>34}: {value:6.1f}")
+    return out
+
+
+def config_table(device: torch.device, masks: np.ndarray, vocab: int) -> list[dict]:
+    """The Triton kernel's shape (16-byte groups per program, warps per program), timed at batch 1, 64, 512: device
+    time per call in a CUDA graph (the host's share is the same for every shape)."""
+    print("\ntriton kernel configurations (µs a call, CUDA graph replay)")
+    saved = _mask_kernel._GROUPS, _mask_kernel._NUM_WARPS
+    out = []
+    try:
+        for dtype in (torch.float32, torch.bfloat16):
+            for groups in (64, 128, 256, 512):
+                for warps in (4, 8):
+                    _mask_kernel._GROUPS, _mask_kernel._NUM_WARPS = groups, warps
+                    row = {"dtype": str(dtype).removeprefix("torch."), "groups": groups, "warps": warps}
+                    for batch in (1, 64, 512):
+                        words = torch.from_numpy(masks[np.arange(batch) % len(masks)].view(np.int32)).to(device)
+                        logits = torch.randn(batch, vocab + PAD, device=device).to(dtype)
+                        row[f"batch_{batch}"] = _graph_us(
+                            lambda: apply_bitmask(logits, words, vocab_size=vocab, backend="triton"))
+                    out.append(row)
+                    print(f"{row['dtype']:>9} groups {groups:4d} warps {warps}: " +
+                          "  ".join(f"b{b} {row[f'batch_{b}']:7.1f}" for b in (1, 64, 512)))
+    finally:
+        _mask_kernel._GROUPS, _mask_kernel._NUM_WARPS = saved
+    return out
 
 
 def step_table(device: torch.device, guide, states, vocab: int, batches) -> list[dict]:
@@ -268,6 +368,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--quick", action="store_true", help="batch 1 and 8 only (a smoke test)")
+    parser.add_argument("--configs", action="store_true", help="also time the Triton kernel's shapes (CUDA)")
     args = parser.parse_args()
     device = torch.device(args.device)
     if device.type == "cpu":  # torch's intra-op threads make CPU timings erratic on a shared machine
@@ -285,6 +386,10 @@ def main() -> None:
     result = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", "vocab": vocab,
               "padded_width": vocab + PAD, "triton": _mask_kernel.triton is not None}
     result["apply"] = apply_table(device, masks, vocab, batches, (torch.float32, torch.bfloat16))
+    if _mask_kernel.triton_available(device) and device.type == "cuda":
+        result["host"] = host_table(device, masks, vocab)
+    if args.configs and _mask_kernel.triton_available(device):
+        result["triton_configs"] = config_table(device, masks, vocab)
     result["step"] = step_table(device, guide, states, vocab, batches[:3])
     result["matcher"] = matcher_table(guide, ids)
     result["batch_fill"] = thread_table(canonical, ids)

@@ -147,11 +147,34 @@ def test_triton_kernel_compiles_for_hopper(dtype, monkeypatch):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    vec = {"fp32": 4, "bf16": 8, "fp16": 8}[dtype]
     for has_rows in (False, True):
         signature = {"logits_ptr": f"*{dtype}", "bitmask_ptr": "*i32", "rows_ptr": "*i64" if has_rows else "*i32",
                      "logits_stride": "i64", "bitmask_stride": "i64", "covered": "i32", "width": "i32",
-                     "HAS_ROWS": "constexpr", "WORDS": "constexpr"}
+                     "HAS_ROWS": "constexpr", "GROUPS": "constexpr", "VEC": "constexpr"}
         source = ASTSource(fn=_mask_kernel._triton_kernel(), signature=signature,
-                           constexprs={"HAS_ROWS": has_rows, "WORDS": _mask_kernel._WORDS})
+                           constexprs={"HAS_ROWS": has_rows, "GROUPS": _mask_kernel._GROUPS, "VEC": vec},
+                           attrs={(0,): [["tt.divisibility", 16]], (3,): [["tt.divisibility", 16]]})
         compiled = _mask_kernel.triton.compile(source, target=GPUTarget("cuda", 90, 32))
-        assert "st.global" in compiled.asm["ptx"] and len(compiled.asm["cubin"]) > 0
+        ptx = compiled.asm["ptx"]
+        assert "st.global" in ptx and len(compiled.asm["cubin"]) > 0
+        # whole masked groups are one 16-byte store (aligned logits, a row stride divisible by 16)
+        assert "st.global.v4" in ptx
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or _mask_kernel.triton is None, reason="needs a GPU and triton")
+def test_views_of_every_alignment_are_masked_in_turn():
+    """The kernel's 16-byte loads and stores need aligned rows: views whose pointers and strides differ in 16-byte
+    alignment, in turn (Triton compiles a kernel per alignment), each get the reference result."""
+    rng = np.random.default_rng(5)
+    for dtype in DTYPES:
+        for width in (1003, 1040):  # a row stride that is not, and one that is, a multiple of 16
+            full, bitmask, allowed = _case(rng, 4, 1000, width, dtype, "cuda")
+            bitmask = bitmask.cuda()
+            for offset in (0, 1, 0, 3, 0, 1):
+                got = full.clone()
+                view = got[:, offset:offset + 1000]
+                expected = _expected(view, allowed, None)
+                apply_bitmask(view, bitmask, vocab_size=1000)
+                assert _same_bits(view, expected), (dtype, width, offset)
+                assert _same_bits(got[:, :offset], full[:, :offset].clone())  # columns outside the view untouched
