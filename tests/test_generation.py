@@ -67,3 +67,30 @@ def test_logits_processor_keeps_model_generate_inside_the_guide(smollm2):
             assert runtime.encode(text, add_special_tokens=False).ids == ids
         else:  # cut off by max_new_tokens: still a prefix of some string of the language
             assert dfa.run(list(text.encode())) != MISSING, text
+
+
+def test_a_gguf_models_cached_weights_equal_its_own_and_a_changed_byte_is_caught(tmp_path):
+    """bpe.lm_cache: the first load of the GGUF file dequantises it and caches the weights; the second reads the
+    cache and gives the same tensors, tied weights and logits; a cache whose file changed fails its check and is
+    deleted (the next load rebuilds it), never trusted."""
+    from bpe.assets import asset_path
+    from bpe.lm_cache import _verified, load_causal_lm
+
+    gguf = asset_path("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+    dequantised = load_causal_lm(gguf, cache=tmp_path)
+    (folder,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
+    assert _verified(folder) and [p for p in tmp_path.iterdir()] == [folder]  # no temporary folder left
+    cached = load_causal_lm(gguf, cache=tmp_path)
+    expected, got = dequantised.state_dict(), cached.state_dict()
+    assert set(got) == set(expected) and all(torch.equal(got[k], expected[k]) for k in expected)
+    assert cached.lm_head.weight.data_ptr() == cached.model.embed_tokens.weight.data_ptr()  # still tied
+    ids = torch.tensor([[1, 504, 3458, 314, 2]])
+    with torch.no_grad():
+        assert torch.equal(cached(ids).logits, dequantised(ids).logits)
+    weights = folder / "model.safetensors"
+    with open(weights, "r+b") as f:  # one byte of the last tensor's data changed
+        f.seek(-3, 2)
+        byte = f.read(1)
+        f.seek(-3, 2)
+        f.write(bytes([byte[0] ^ 0x40]))
+    assert not _verified(folder) and not folder.exists()

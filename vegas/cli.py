@@ -99,26 +99,17 @@ def _model_path(arg: str | None) -> Path:
 
 
 def _load_model(path: Path):
-    """A causal LM from a GGUF file or a local transformers directory, offline, CPU, eval mode."""
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import transformers
-    from transformers.utils import logging as hf_logging
+    """A causal LM from a GGUF file (its dequantised weights cached: ``bpe.lm_cache``) or a local transformers
+    directory, offline, CPU, eval mode."""
+    from bpe.lm_cache import load_causal_lm
 
-    verbosity = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
     try:
         # transformers' GGUF reader draws its own tqdm bar whatever its settings say: it goes to a buffer, and the
         # caller's Progress line (which holds the real stderr) shows the load instead.
         with contextlib.redirect_stderr(io.StringIO()):
-            if path.is_file():
-                model = transformers.AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-            else:
-                model = transformers.AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
+            return load_causal_lm(path)
     except Exception as exc:  # transformers raises OSError, ValueError, KeyError, struct.error... on bad files
         raise _CliError(f"cannot load model {path}: {type(exc).__name__}: {exc}") from None
-    finally:
-        hf_logging.set_verbosity(verbosity)
-    return model.eval()
 
 
 _GGUF_SCALAR = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}  # value type -> bytes

@@ -1,0 +1,108 @@
+"""Causal language models loaded for generation, a GGUF file's dequantised weights cached on disk.
+
+``transformers`` reads a GGUF file in Python, twice (its config, then its tensors: the metadata parsed each time,
+the tensors dequantised): SmolLM2-135M's 94 MB Q4_1 file takes 16-24 s on two cores, at every load. The first
+load of a GGUF file saves what it produced — the float32 weights as ``model.safetensors`` (~540 MB for SmolLM2,
+tied tensors once), ``config.json`` (without the GGUF quantisation entry: the weights are dequantised) and
+``generation_config.json`` — under ``<cache>/models/<key>/``, where the key is the GGUF file's SHA-256; later
+loads build the model from that config and read the weights into it (~2 s). The folder is written under a temporary
+name and renamed into place, and holds a manifest of its files' SHA-256 sums, checked at every load: a folder
+that fails the check (a missing file, a changed byte) is deleted and built again from the GGUF file. Nothing is
+unpickled (safetensors holds raw tensors).
+
+Leaves out: quantised inference (the weights are float32 as ``transformers`` dequantises them), eviction (one
+folder per distinct GGUF file, kept until deleted), downloading models (a path on disk is given).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+from bpe.assets import _sha256_file, cache_dir
+
+__all__ = ["load_causal_lm"]
+
+_MANIFEST = "canonmerge-manifest.json"
+
+
+def load_causal_lm(path: str | os.PathLike, *, cache: str | os.PathLike | None = None):
+    """A ``transformers`` causal LM (CPU, eval mode) from a GGUF file or a local model directory, offline.
+
+    A GGUF file's dequantised weights are cached in ``cache`` (default ``<canonmerge cache>/models``; see the
+    module docstring). ``transformers``' own errors (``OSError``, ``ValueError``...) pass through."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    path = Path(path)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        if not path.is_file():
+            return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).eval()
+        folder = Path(cache) if cache is not None else cache_dir() / "models"
+        folder = folder / _sha256_file(path)[:32]
+        if _verified(folder):
+            return _load(folder).eval()
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
+        _save(model, folder)
+        return model.eval()
+    finally:
+        hf_logging.set_verbosity(verbosity)
+
+
+def _verified(folder: Path) -> bool:
+    """Whether ``folder`` holds exactly the files its manifest names, with their SHA-256 sums; a folder that does
+    not is deleted (it is rebuilt)."""
+    if not folder.is_dir():
+        return False
+    try:
+        manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
+        files = manifest["files"]
+        present = {p.name for p in folder.iterdir()} - {_MANIFEST}
+        if present == set(files) and all(_sha256_file(folder / name) == digest for name, digest in files.items()):
+            return True
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    shutil.rmtree(folder, ignore_errors=True)
+    return False
+
+
+def _load(folder: Path):
+    """The model of a verified folder: built from its config (float32, initialised), the weights read into it."""
+    from safetensors.torch import load_model
+    from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
+
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(str(folder)))
+    load_model(model, str(folder / "model.safetensors"), strict=True)
+    model.generation_config = GenerationConfig.from_pretrained(str(folder))
+    return model
+
+
+def _save(model, folder: Path) -> None:
+    """The weights, config and generation config into a temporary folder beside ``folder``, a manifest of SHA-256
+    sums, then one rename. A folder another process put there first is kept (both hold the same weights).
+    (``save_pretrained`` refuses a model that ``transformers`` marks as GGUF-quantised, whose weights it has in
+    fact dequantised.)"""
+    from safetensors.torch import save_model
+
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".part"))
+    try:
+        save_model(model, str(tmp / "model.safetensors"))
+        config = model.config.to_dict()
+        config.pop("quantization_config", None)
+        (tmp / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
+        model.generation_config.to_json_file(str(tmp / "generation_config.json"))
+        files = {p.name: _sha256_file(p) for p in sorted(tmp.iterdir())}
+        (tmp / _MANIFEST).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
+        try:
+            os.rename(tmp, folder)
+        except OSError:  # (another process finished first)
+            pass
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
