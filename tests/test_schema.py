@@ -500,9 +500,15 @@ def test_negations_of_several_keywords_agree_with_the_validator(style):
         {"properties": {"x": {"not": {"enum": ["s", "s2", "", "a\"b", 1, 2.5, True, None]}}}},
         {"properties": {"x": {"type": "string", "not": {"const": "intramural"}}}},
         {"properties": {"x": {"type": "integer", "not": {"enum": [1, 3]}}}},
+        # two negated enums on one string: the strings outside both sets (one pattern, of the union)
+        {"properties": {"x": {"type": "string", "allOf": [{"not": {"enum": ["s", "a\"b"]}}, {"not": {"const": "s2"}}]}}},
+        # Glaive's calculate_area: oneOf branches told apart by a const, each negating the others'
+        {"properties": {"x": {"type": "object", "oneOf": [{"properties": {"k": {"const": c}}} for c in ("s", "s2", "s3")],
+                              "required": ["k"]}}},
     ]
     values = [None, 1, "s", [1], {}, {"a": 1}, {"b": "s"}, {"a": 1, "b": "s"}, {"name": 1}, {"n": None}, {"n": 1},
-              "", "s2", "s3", "a\"b", "a", 2, 2.5, 1.0, 3, -7, 0.5, False, True, "intramural", "intramurals", "intra"]
+              "", "s2", "s3", "a\"b", "a", 2, 2.5, 1.0, 3, -7, 0.5, False, True, "intramural", "intramurals", "intra",
+              {"k": "s"}, {"k": "s3"}, {"k": "s4"}, {"k": 1}]
     for schema in schemas:
         instances = values + [{"x": v} for v in values] + [{"a": "no"}, {"b": 2}]
         _assert_agrees_with_validator(schema, instances, style)

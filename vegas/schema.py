@@ -466,6 +466,8 @@ class Compiler:
                 merged.pop(key)
                 merged["enum"] = both if "enum" not in merged else \
                     [v for v in both if any(_json_equal(v, w) for w in merged["enum"])]
+            elif key == "pattern" and merged[key] in _EXCLUDED and value in _EXCLUDED:  # two negated enums
+                merged[key] = _exclusion_pattern(tuple(sorted({*_EXCLUDED[merged[key]], *_EXCLUDED[value]})))
             elif key in ("items", "prefixItems", "additionalItems"):
                 continue  # below: item i of the merge satisfies item i of both sides
             else:
@@ -802,8 +804,7 @@ def _all_but(values: list) -> dict | None:
         parts.append({"type": "null"})
     if booleans:
         parts.append({"type": "boolean"} if len(booleans) == 2 else {"type": "boolean", "enum": booleans})
-    parts.append({"type": "string", "pattern": "^" + _trie_complement(word_trie(strings)) + "$"} if strings
-                 else {"type": "string"})
+    parts.append({"type": "string", "pattern": _exclusion_pattern(tuple(strings))} if strings else {"type": "string"})
     bounds = [None, *numbers, None]
     for lo, hi in zip(bounds, bounds[1:]):
         part = {"type": "number"}
@@ -813,6 +814,19 @@ def _all_but(values: list) -> dict | None:
             part["exclusiveMaximum"] = hi
         parts.append(part)
     return {"anyOf": parts}
+
+
+_EXCLUDED: dict[str, tuple[str, ...]] = {}  # an exclusion pattern -> the strings it excludes
+
+
+def _exclusion_pattern(strings: tuple[str, ...]) -> str:
+    """The ``pattern`` of every string but ``strings`` (sorted, distinct), remembered, so that two of them met by
+    ``allOf`` (a string unequal to two sets of values: two negated enums) merge into the pattern of the union."""
+    pattern = "^" + _trie_complement(word_trie(list(strings))) + "$"
+    if len(_EXCLUDED) >= 4096:
+        _EXCLUDED.clear()
+    _EXCLUDED[pattern] = strings
+    return pattern
 
 
 def _trie_complement(node: dict) -> str:
