@@ -4,8 +4,8 @@ Three implementations of one operation, bit-identical (each writes the dtype's o
 
 - ``triton`` (CUDA logits, when triton is importable; it ships with CUDA builds of torch): one kernel launch. A
   program covers ``_GROUPS`` groups of 16 bytes of logits of one constrained row: a group whose bits are all clear
-  is one vector store of ``-inf``, the clear bits of the others predicated stores, so allowed logits are never read
-  or written. Rows come from ``indices`` when given (other rows untouched); columns at or past the vocabulary are
+  is one vector store of ``-inf``, a mixed group one vector load and one store, a group whose bits are all set is
+  not touched. Rows come from ``indices`` when given (other rows untouched); columns at or past the vocabulary are
   masked.
 - ``cpu`` (CPU logits): a compiled loop (numba) over the same words, on an integer view of the logits (``-inf``
   as a bit pattern, so float32, float16 and bfloat16 share one loop); all-ones words are skipped. No temporaries.
@@ -214,9 +214,9 @@ def _apply_torch(logits: torch.Tensor, bitmask: torch.Tensor, index: torch.Tenso
 # store: all -inf where every bit is clear, else the group read (one 16-byte load) and written back with -inf in
 # its clear positions. Loads and stores are predicated per group, the same for its lanes, so Triton vectorises
 # them. The program holding the end of the vocabulary works logit by logit (a row's width need not be a multiple
-# of a group). The first kernel (one [words, 32] tile, a predicated scalar store per logit) measured 142 / 94 µs
-# of device time at batch 512 float32 / bfloat16 on an H100, where xgrammar's CUDA kernel (this scheme) took
-# 117 / 65 (docs/serving.md).
+# of a group). On an H100 at batch 512, float32 / bfloat16: 117.5 / 66.1 µs of device time, xgrammar's CUDA kernel
+# (the same scheme) 117.1 / 64.8; the first kernel here (one [words, 32] tile, a predicated 4- or 2-byte store per
+# logit) 142 / 94 (docs/serving.md).
 
 _GROUPS = 256  # groups per program: 1,024 float32 logits (126 programs a row at 128k)
 _NUM_WARPS = 4  # bench/gpu_masks.py --configs times the alternatives
