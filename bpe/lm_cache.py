@@ -4,8 +4,9 @@
 the tensors dequantised): SmolLM2-135M's 94 MB Q4_1 file takes 16-24 s on two cores, at every load. The first
 load of a GGUF file saves what it produced — the float32 weights as ``model.safetensors`` (~540 MB for SmolLM2,
 tied tensors once), ``config.json`` (without the GGUF quantisation entry: the weights are dequantised) and
-``generation_config.json`` — under ``<cache>/models/<key>/``, where the key is the GGUF file's SHA-256; later
-loads build the model from that config and read the weights into it (~2 s). The folder is written under a temporary
+``generation_config.json`` — under ``<cache>/models/<key>/``, where the key is the GGUF file's SHA-256 and the
+transformers version; later loads build the model from that config and read the weights into it (~2 s). A cache
+that cannot be written (a read-only disk) or read (another version's layout) costs speed, never the load. The folder is written under a temporary
 name and renamed into place, and holds a manifest of its files' SHA-256 sums, checked at every load: a folder
 that fails the check (a missing file, a changed byte) is deleted and built again from the GGUF file. Nothing is
 unpickled (safetensors holds raw tensors).
@@ -44,12 +45,21 @@ def load_causal_lm(path: str | os.PathLike, *, cache: str | os.PathLike | None =
     try:
         if not path.is_file():
             return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).eval()
+        import transformers
+
+        # (keyed by the transformers version too: another version may dequantise or name tensors otherwise)
         folder = Path(cache) if cache is not None else cache_dir() / "models"
-        folder = folder / _sha256_file(path)[:32]
+        folder = folder / f"{_sha256_file(path)[:32]}-transformers-{transformers.__version__}"
         if _verified(folder):
-            return _load(folder).eval()
+            try:
+                return _load(folder).eval()
+            except (OSError, ValueError, KeyError, RuntimeError):  # a folder this version cannot read: rebuilt
+                shutil.rmtree(folder, ignore_errors=True)
         model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name)
-        _save(model, folder)
+        try:
+            _save(model, folder)
+        except (OSError, ValueError, RuntimeError):  # the cache is only a speed-up: a failed write costs the next load
+            pass
         return model.eval()
     finally:
         hf_logging.set_verbosity(verbosity)
