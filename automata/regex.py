@@ -140,6 +140,7 @@ def _char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
     """The character-class DFA of ``pattern`` (``glushkov``, or interegular's construction for lookaheads)."""
     try:
         tree = parse.read(pattern) or interegular.parse_pattern(pattern)
+        glushkov.check_positions(tree, max_states)
         return glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
     except (InvalidSyntax, Unsupported) as exc:
         raise RegexError(f"regex {shown(pattern)}: {type(exc).__name__}: {str(exc) or 'invalid syntax'}") from None

@@ -200,6 +200,15 @@ def test_positions_are_capped_whatever_max_states(monkeypatch):
     with pytest.raises(StateLimitError, match="1000 at most"):
         from_regex(r"(ab){600}", max_states=1_000_000)
     assert from_regex(r"(ab){400}", max_states=1_000_000).accepts(list(b"ab" * 400))
+    # counted before any position is numbered (numbering grows follow sets as wide as the positions so far)
+    numbered = []
+    real_position = glushkov._Positions.position
+    monkeypatch.setattr(glushkov._Positions, "position", lambda self, *a: numbered.append(1) or real_position(self, *a))
+    for pattern in (r"(ab){600}", r"(?:x(y|z)*){334}", "q" * 1001):
+        with pytest.raises(StateLimitError, match="1000 at most"):
+            from_regex(pattern, max_states=1_000_000)
+        assert not numbered, pattern
+    assert from_regex(r"(?:x(y|z)*){333}", max_states=1_000_000).accepts(list(b"xyz" * 333)) and numbered
 
 
 def test_multibyte_characters_become_byte_paths():
