@@ -160,7 +160,9 @@ def check_positions(tree: Pattern, max_states: int) -> None:
         if kind is Pattern:
             return sum(map(count, node.options))
         if kind is _Repeated:
-            copies = node.min + 1 if node.max is None else max(node.min, node.max)
+            if node.max is not None and node.min > node.max:
+                raise RegexError(f"repetition {{{node.min},{node.max}}}: the minimum exceeds the maximum")
+            copies = node.min + 1 if node.max is None else node.max
             return count(node.base) * copies if copies else 0
         if node is _EMPTY:
             return 0
