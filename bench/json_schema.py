@@ -188,6 +188,9 @@ class _PeerEngine:
         cls = {"llguidance": peers.LLGuidance, "xgrammar": peers.XGrammar, "outlines-core": peers.OutlinesCore}[name]
         self.peer = cls(tokenizer, runtime)
         self.vocab_size = getattr(self.peer, "vocab_size", None) or self.peer.words * 32
+        import torch
+
+        self._first = torch.zeros((1, (self.vocab_size + 31) // 32), dtype=torch.int32)  # (allocated once, as canonmerge's)
         self.eos = self.peer.eos
         if name == "outlines-core":
             from outlines_core.json_schema import build_regex_from_schema
@@ -210,11 +213,9 @@ class _PeerEngine:
     def first_mask(self, compiled) -> None:
         """A matcher of the compiled grammar fills its first mask: canonmerge's compile computes its initial
         state's mask, llguidance's and the others' on the first fill (llguidance: the matcher its compile made)."""
-        import torch
-
         matcher = self._compiled_matcher if self.name == "llguidance" else self._matcher(compiled)
         self._compiled_matcher = None
-        self._fill(matcher, torch.zeros((1, (self.vocab_size + 31) // 32), dtype=torch.int32))
+        self._fill(matcher, self._first)
 
     def classify(self, exc: BaseException) -> tuple[str, dict]:
         return "refused", {}  # a peer's compile error is its refusal
