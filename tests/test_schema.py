@@ -4,6 +4,7 @@ text that parses, validates and is canonical. Oracles: ``jsonschema`` (the valid
 readers), the ``tokenizers`` runtime (canonical encodings), the official JSON-Schema-Test-Suite."""
 
 import contextlib
+import gc
 import itertools
 import json
 import re
@@ -372,6 +373,43 @@ def test_schemas_come_as_dicts_json_strings_or_model_classes():
             return PERSON
 
     assert schema_regex(Model) == schema_regex(json.dumps(PERSON)) == schema_regex(PERSON)
+
+
+def test_no_garbage_collection_runs_inside_a_compile_and_the_collector_is_restored():
+    """A compile pauses the cyclic collector (product._gc_pause). With a threshold that starts a collection at
+    almost every allocation, the same compile unpaused (``vegas._compile_schema``) starts over a thousand; paused,
+    only the few around the pause. After it (also after an error, and when the collector was off) the collector
+    is as it was."""
+    canonical = automaton_of("gpt2")
+    vegas.compile_schema(PERSON, canonical, library_dir=False)  # (fragments and imports in place first)
+    started = [0]
+    count = lambda phase, info: started.__setitem__(0, started[0] + (phase == "start"))  # noqa: E731
+    threshold, was_enabled = gc.get_threshold(), gc.isenabled()
+    gc.callbacks.append(count)
+    try:
+        gc.enable()
+        gc.set_threshold(1)
+        guide = vegas.compile_schema(PERSON, canonical, library_dir=False)
+        paused, started[0] = started[0], 0
+        options = dict(canonical_only=True, max_states=100_000, max_transitions=50_000_000, cache_size=4096,
+                       eos_token_ids=None)
+        vegas._compile_schema(PERSON, canonical, style="json", strict=False, max_recursion=3, any_depth=2,
+                              library_dir=False, options=options)
+        unpaused = started[0]
+        assert unpaused > 500 and paused < 50, (paused, unpaused)
+        assert gc.isenabled()
+        with pytest.raises(UnsupportedSchemaError):
+            vegas.compile_schema({"type": "array", "uniqueItems": True}, canonical, library_dir=False)
+        assert gc.isenabled()
+        gc.disable()
+        vegas.compile_schema(PERSON, canonical, library_dir=False)
+        assert not gc.isenabled()
+    finally:
+        gc.callbacks.remove(count)
+        gc.set_threshold(*threshold)
+        (gc.enable if was_enabled else gc.disable)()
+    text = format_instance({"name": "Ada", "age": 36}, PERSON)
+    assert guide.accepts(runtime_of("gpt2").encode(text, add_special_tokens=False).ids)
 
 
 # ---- guides on real tokenizers ----------------------------------------------------------------------------------
