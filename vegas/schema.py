@@ -466,8 +466,11 @@ class Compiler:
                 merged.pop(key)
                 merged["enum"] = both if "enum" not in merged else \
                     [v for v in both if any(_json_equal(v, w) for w in merged["enum"])]
-            elif key == "pattern" and merged[key] in _EXCLUDED and value in _EXCLUDED:  # two negated enums
-                merged[key] = _exclusion_pattern(tuple(sorted({*_EXCLUDED[merged[key]], *_EXCLUDED[value]})))
+            elif key == "pattern" and _EXCLUDED in sa and _EXCLUDED in sb:  # two negated enums: their union's
+                merged[_EXCLUDED] = tuple(sorted({*sa[_EXCLUDED], *sb[_EXCLUDED]}))
+                merged[key] = _exclusion_pattern(merged[_EXCLUDED])
+            elif key is _EXCLUDED and "pattern" in sa and "pattern" in sb:
+                continue  # (merged with the pattern)
             elif key in ("items", "prefixItems", "additionalItems"):
                 continue  # below: item i of the merge satisfies item i of both sides
             else:
@@ -804,7 +807,8 @@ def _all_but(values: list) -> dict | None:
         parts.append({"type": "null"})
     if booleans:
         parts.append({"type": "boolean"} if len(booleans) == 2 else {"type": "boolean", "enum": booleans})
-    parts.append({"type": "string", "pattern": _exclusion_pattern(tuple(strings))} if strings else {"type": "string"})
+    parts.append({"type": "string", "pattern": _exclusion_pattern(tuple(strings)), _EXCLUDED: tuple(strings)}
+                 if strings else {"type": "string"})
     bounds = [None, *numbers, None]
     for lo, hi in zip(bounds, bounds[1:]):
         part = {"type": "number"}
@@ -816,17 +820,21 @@ def _all_but(values: list) -> dict | None:
     return {"anyOf": parts}
 
 
-_EXCLUDED: dict[str, tuple[str, ...]] = {}  # an exclusion pattern -> the strings it excludes
+class _Excluded:
+    """The key under which ``_all_but``'s string schema carries the strings its ``pattern`` excludes, so that two
+    of them met by ``allOf`` (a string unequal to two sets of values: two negated enums) merge into the pattern
+    of the union. Not a string: no schema read from JSON can hold it."""
+
+    def __repr__(self) -> str:
+        return "<strings excluded>"
+
+
+_EXCLUDED = _Excluded()
 
 
 def _exclusion_pattern(strings: tuple[str, ...]) -> str:
-    """The ``pattern`` of every string but ``strings`` (sorted, distinct), remembered, so that two of them met by
-    ``allOf`` (a string unequal to two sets of values: two negated enums) merge into the pattern of the union."""
-    pattern = "^" + _trie_complement(word_trie(list(strings))) + "$"
-    if len(_EXCLUDED) >= 4096:
-        _EXCLUDED.clear()
-    _EXCLUDED[pattern] = strings
-    return pattern
+    """The ``pattern`` of every string but ``strings`` (sorted, distinct)."""
+    return "^" + _trie_complement(word_trie(list(strings))) + "$"
 
 
 def _trie_complement(node: dict) -> str:
