@@ -35,7 +35,9 @@ bug or a malformed schema), or ran out of time or memory. Mask times: every step
 exactly one bit set (popcount taken outside the timing). Invalid instances are checked, not timed.
 
 Isolation: every engine runs in its own worker process (spawned; all live through the run and take each schema
-in turn, one at a time: engines never share the two cores, and the machine's drift over a run falls on all). A schema's first compile gets ``--timeout`` seconds of wall time, and what follows it (warm compiles,
+in turn, one at a time: engines never share the two cores, and the machine's drift over a run falls on all);
+before every timed compile the worker writes 8 MB, so that no engine's compile finds its data in the core's
+private caches (``_evict_private_caches``). A schema's first compile gets ``--timeout`` seconds of wall time, and what follows it (warm compiles,
 checks, walks) ``(--repeats + 2) x --timeout``; a worker gets ``--memory-limit`` GB of RSS. Past either it is
 killed, the schema recorded as a timeout/memory outcome and a fresh worker started for the next schema. Each
 valid instance is walked ``--repeats`` times with fresh guides (canonmerge: the warm compile's, the cold one's,
@@ -287,6 +289,21 @@ def _make_engine(name: str, tokenizer: str, peer_layout: str):
     return _PeerEngine(name, tokenizer, runtime, peer_layout)
 
 
+_EVICTION_BYTES = 8 << 20  # twice this VM's L2 caches (2 x 2 MB; its L3, 260 MB, is shared with other tenants)
+_eviction_buffer: list[np.ndarray] = []
+
+
+def _evict_private_caches() -> None:
+    """Write ``_EVICTION_BYTES``, before every timed compile of every engine: each starts with its data out of the
+    core's private caches, as a compile in a serving process does after a forward pass. Without it, a compile
+    found in cache what the step before it left there: canonmerge's warm compile, its cold compile of the same
+    schema; a peer's compile, its walks of the previous schema (or, with the engines taking schemas in turn,
+    another engine's)."""
+    if not _eviction_buffer:
+        _eviction_buffer.append(np.zeros(_EVICTION_BYTES // 8, dtype=np.int64))
+    _eviction_buffer[0] += 1
+
+
 def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -> dict:
     """Compile one MaskBench file's schema, check its instances, walk its valid ones ``repeats`` times (fresh
     guides or matchers each time; each step's time is its median over the walks)."""
@@ -295,6 +312,7 @@ def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -
     record = json.loads(Path(path).read_text(encoding="utf-8"))
     schema, tests = record["schema"], record.get("tests", [])
     result: dict = {"status": "ok"}
+    _evict_private_caches()
     t0 = time.perf_counter()
     try:
         compiled = engine.compile(schema)
@@ -315,6 +333,7 @@ def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -
         # one's (untouched so far: acceptance checks read rows, not masks), then more warm compiles.
         guides, warm_ms = [compiled], []
         while len(guides) < max(repeats, 2):
+            _evict_private_caches()
             t0 = time.perf_counter()
             guides.append(engine.compile(schema))
             engine.first_mask(guides[-1])
@@ -325,6 +344,7 @@ def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -
         # library; the fragments that spell keys (and free keys, which exclude the declared ones) are not.
         renamed = _renamed_keys(schema, "_x")
         if renamed != schema:
+            _evict_private_caches()
             t0 = time.perf_counter()
             try:
                 engine.first_mask(engine.compile(renamed))
