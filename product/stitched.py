@@ -106,29 +106,24 @@ class Fragment:
     seconds: float  # compile time
 
     @functools.cached_property
-    def cut_exits(self) -> list[tuple[tuple[int, ...], int, tuple[int, ...]]]:
-        """(exit set, pre-tokenizer context, the final nodes there) of every cut exit a final node is at: where a
-        stitched guide moves on to the next instance. Computed once per fragment, not per guide built from it,
-        and grouped: a value's fragment has tens of final nodes at a few (exit set, context) pairs (a string's
-        closing quote read by many tokens), and each pair leads to one next instance."""
+    def cut_exits(self) -> list[tuple[int, int, tuple[int, ...]]]:
+        """(node, pre-tokenizer context, exit set) of every final node at a cut exit: where a stitched guide
+        moves on to the next instance (computed once per fragment, not per guide built from it)."""
         cuts = np.array([any(k >= 1 for k in e) for e in self.exit_sets] + [False], dtype=bool)[self.exit_of_node]
         nodes = np.flatnonzero(cuts & self.guide._final)
-        groups: dict[tuple[int, int], list[int]] = {}
-        for node, ctx, e in zip(nodes.tolist(), self.guide._node_ctx[nodes].tolist(),
-                                self.exit_of_node[nodes].tolist()):
-            groups.setdefault((e, ctx), []).append(node)
-        return [(self.exit_sets[e], ctx, tuple(group)) for (e, ctx), group in groups.items()]
+        return list(zip(nodes.tolist(), self.guide._node_ctx[nodes].tolist(),
+                        [self.exit_sets[e] for e in self.exit_of_node[nodes].tolist()]))
 
 
 @dataclass(eq=False)
 class _Instance:
     """A fragment where the skeleton reaches the cut states ``roots`` (``END`` among them: the text may also
-    end there) in context ``entry_context``. ``next_nodes``: (the instance some exits lead to, the nodes of the
-    fragment's guide at those exits)."""
+    end there) in context ``entry_context``. ``next_of_node``: per node of the fragment's guide at a cut exit,
+    the instance its exits lead to."""
     roots: frozenset
     entry_context: int
     fragment: Fragment
-    next_nodes: list[tuple[int, tuple[int, ...]]]
+    next_of_node: dict[int, int]
 
 
 class FragmentLibrary:
@@ -849,7 +844,7 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
 
     # instances (roots, entry context): their fragment (None: dead), successors and the exits found dead
     fragment_of: dict[tuple, Fragment | None] = {}
-    successors: dict[tuple, dict[tuple, tuple]] = {}  # the instances its exits lead to -> the guide nodes there
+    successors: dict[tuple, dict[int, tuple]] = {}  # guide node -> the instance its exits lead to
     exits_into: dict[tuple, dict[tuple, tuple]] = {}  # instance -> successor -> (exit set, context) leading there
     dead_exits: dict[tuple, frozenset] = {}
     predecessors: dict[tuple, set] = {}
@@ -873,11 +868,11 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                 return
         fragment_of[key] = fragment
         nxt, into = {}, {}
-        for exit_set, exit_ctx, nodes in fragment.cut_exits:
+        for node, exit_ctx, exit_set in fragment.cut_exits:
             if exit_ctx >= num_open:
                 raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
             succ = (frozenset(END if k == 0 else exits[k - 1] for k in exit_set), exit_ctx)
-            nxt[succ] = nodes  # (exits are distinct cut states: each (exit set, context) has its own successor)
+            nxt[node] = succ
             into[succ] = (exit_set, exit_ctx)
         successors[key], exits_into[key] = nxt, into
 
@@ -904,11 +899,12 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                     dead_exits[pred] = dead_exits.get(pred, frozenset()) | {exits_into[pred][key]}
                     rebuild[pred] = None
             continue
-        dead = {exits_into[key][succ] for succ in successors[key] if succ in fragment_of and fragment_of[succ] is None}
+        dead = {exits_into[key][succ] for succ in successors[key].values()
+                if succ in fragment_of and fragment_of[succ] is None}
         if dead:  # exits into instances already known dead: build again without them
             dead_exits[key] = dead_exits.get(key, frozenset()) | dead
             rebuild[key] = None
-        for succ in successors[key]:
+        for succ in successors[key].values():
             predecessors.setdefault(succ, set()).add(key)
             if succ not in fragment_of:
                 fragment_of[succ] = queued
@@ -919,16 +915,16 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
     # number the live instances reachable from the start
     order, index = [start], {start: 0}
     for key in order:
-        for succ in successors[key]:
+        for succ in successors[key].values():
             if succ not in index and fragment_of[succ] is not None:
                 index[succ] = len(order)
                 order.append(succ)
     instances = []
     for key in order:
-        if any(fragment_of[succ] is None for succ in successors[key]):
+        if any(fragment_of[succ] is None for succ in successors[key].values()):
             raise StitchError("internal: a live exit leads to a dead instance")
-        next_nodes = [(index[succ], nodes) for succ, nodes in successors[key].items()]
-        instances.append(_Instance(key[0], key[1], fragment_of[key], next_nodes))
+        next_of_node = {node: index[succ] for node, succ in successors[key].items()}
+        instances.append(_Instance(key[0], key[1], fragment_of[key], next_of_node))
     return StitchedGuide(instances, canonical, canonical_only=canonical_only, cache_size=cache_size, name=name,
                          eos=eos, reused=counts[False], compiled=counts[True])
 
@@ -954,12 +950,7 @@ class StitchedGuide(Guide):
         self._end = sum(sizes)
         # per instance, exit node -> the next instance's initial state, as one global state
         starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
-        self._jump = []
-        for inst in instances:
-            jump: dict[int, int] = {}
-            for i, nodes in inst.next_nodes:
-                jump.update(dict.fromkeys(nodes, starts[i]))
-            self._jump.append(jump)
+        self._jump = [{node: starts[i] for node, i in inst.next_of_node.items()} for inst in instances]
         self.initial_state = self._guides[0].initial_state
         self.fragments_reused, self.fragments_compiled = reused, compiled
         self._init_mask_cache(cache_size)
