@@ -37,14 +37,14 @@ exactly one bit set (popcount taken outside the timing). Invalid instances are c
 Isolation: every engine runs in its own worker process (spawned; all live through the run and take each schema
 in turn, one at a time: engines never share the two cores, and the machine's drift over a run falls on all);
 before every timed compile the worker writes 8 MB, so that no engine's compile finds its data in the core's
-private caches (``_evict_private_caches``). A schema's first compile gets ``--timeout`` seconds of wall time, and what follows it (warm compiles,
-checks, walks) ``(--repeats + 2) x --timeout``; a worker gets ``--memory-limit`` GB of RSS. Past either it is
-killed, the schema recorded as a timeout/memory outcome and a fresh worker started for the next schema. Each
-valid instance is walked ``--repeats`` times with fresh guides (canonmerge: the warm compile's, the cold one's,
-then further warm compiles) or fresh matchers (peers), and a step's time is its median over the walks: this
-shared machine's rare multi-millisecond stalls would otherwise decide the p99. Results: a printed table per engine
-(all its schemas, then the schemas every engine covered) and ``bench/results/json_schema.json`` (``--out``)
-with the table and every schema's outcome per engine.
+private caches (``_evict_private_caches``). A schema's first compile gets ``--timeout`` seconds of wall time, and
+what follows it (warm compiles, checks, walks) ``(--repeats + 2) x --timeout``; a worker gets ``--memory-limit``
+GB of RSS. Past either it is killed, the schema recorded as a timeout/memory outcome and a fresh worker started
+for the next schema. Each valid instance is walked ``--repeats`` times with fresh guides (canonmerge: the warm
+compile's, the cold one's, then further warm compiles) or fresh matchers (peers), and a step's time is its median
+over the walks: this shared machine's rare multi-millisecond stalls would otherwise decide the p99. Results: a
+printed table per engine (all its schemas, then the schemas every engine covered) and
+``bench/results/json_schema.json`` (``--out``) with the table and every schema's outcome per engine.
 
     python bench/json_schema.py [--tokenizer llama3] [--split Glaiveai2K,Github_easy] [--limit 100] [--seed 0]
 
@@ -192,7 +192,8 @@ class _PeerEngine:
         self.vocab_size = getattr(self.peer, "vocab_size", None) or self.peer.words * 32
         import torch
 
-        self._first = torch.zeros((1, (self.vocab_size + 31) // 32), dtype=torch.int32)  # (allocated once, as canonmerge's)
+        # the first mask's buffer, allocated once (as canonmerge's), outside the timed compile
+        self._first = torch.zeros((1, (self.vocab_size + 31) // 32), dtype=torch.int32)
         self.eos = self.peer.eos
         if name == "outlines-core":
             from outlines_core.json_schema import build_regex_from_schema
@@ -289,19 +290,18 @@ def _make_engine(name: str, tokenizer: str, peer_layout: str):
     return _PeerEngine(name, tokenizer, runtime, peer_layout)
 
 
-_EVICTION_BYTES = 8 << 20  # twice this VM's L2 caches (2 x 2 MB; its L3, 260 MB, is shared with other tenants)
-_eviction_buffer: list[np.ndarray] = []
+# twice this VM's L2 caches (2 x 2 MB; its L3, 260 MB, is shared with other tenants); zeros are not touched, so
+# a process that never evicts (the parent) holds no memory for it
+_EVICTION_BUFFER = np.zeros((8 << 20) // 8, dtype=np.int64)
 
 
 def _evict_private_caches() -> None:
-    """Write ``_EVICTION_BYTES``, before every timed compile of every engine: each starts with its data out of the
-    core's private caches, as a compile in a serving process does after a forward pass. Without it, a compile
+    """Write ``_EVICTION_BUFFER`` (8 MB), before every timed compile of every engine: each starts with its data out
+    of the core's private caches, as a compile in a serving process does after a forward pass. Without it, a compile
     found in cache what the step before it left there: canonmerge's warm compile, its cold compile of the same
     schema; a peer's compile, its walks of the previous schema (or, with the engines taking schemas in turn,
     another engine's)."""
-    if not _eviction_buffer:
-        _eviction_buffer.append(np.zeros(_EVICTION_BYTES // 8, dtype=np.int64))
-    _eviction_buffer[0] += 1
+    _EVICTION_BUFFER[:] += 1  # (in place: the module's array)
 
 
 def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -> dict:
@@ -647,7 +647,6 @@ def run(args) -> dict:
     print(f"{len(files)} MaskBench schemas ({args.split}, limit {args.limit}, seed {args.seed}), tokenizer "
           f"{args.tokenizer}, engines {', '.join(engines)}, timeout {args.timeout:g} s per schema", flush=True)
     outcomes: dict[str, dict[str, dict]] = {engine: {} for engine in engines}
-    info: dict[str, dict] = {}
     # Every engine's worker lives through the run and they take each schema in turn (one at a time: they never
     # share the two cores), so that the machine's drift over a run falls on every engine alike: run one engine
     # after the other, the same code's warm p50 measured 1.50 and 1.74 ms four minutes apart.

@@ -6,10 +6,10 @@ load of a GGUF file saves what it produced — the float32 weights as ``model.sa
 tied tensors once), ``config.json`` (without the GGUF quantisation entry: the weights are dequantised) and
 ``generation_config.json`` — under ``<cache>/models/<key>/``, where the key is the GGUF file's SHA-256 and the
 transformers version; later loads build the model from that config and read the weights into it (~2 s). A cache
-that cannot be written (a read-only disk) or read (another version's layout) costs speed, never the load. The folder is written under a temporary
-name and renamed into place, and holds a manifest of its files' SHA-256 sums, checked at every load: a folder
-that fails the check (a missing file, a changed byte) is deleted and built again from the GGUF file. Nothing is
-unpickled (safetensors holds raw tensors).
+that cannot be written (a read-only disk) or read (another version's layout) costs speed, never the load. The
+folder is written under a temporary name and renamed into place, and holds a manifest of its files' SHA-256 sums,
+checked at every load: a folder that fails the check (a missing file, a changed byte) is deleted and built again
+from the GGUF file. Nothing is unpickled (safetensors holds raw tensors).
 
 Leaves out: quantised inference (the weights are float32 as ``transformers`` dequantises them), eviction (one
 folder per distinct GGUF file, kept until deleted), downloading models (a path on disk is given).
