@@ -1,4 +1,4 @@
-"""Shared fixtures: the five real tokenizers (fetched through bpe.assets, never mocked) and their runtimes."""
+"""Shared fixtures: the hypothesis profile and the five real tokenizers (fetched through bpe.assets, never mocked)."""
 
 import pytest
 from hypothesis import settings
@@ -8,32 +8,7 @@ from hypothesis import settings
 settings.register_profile("canonmerge", deadline=None)
 settings.load_profile("canonmerge")
 
-from bpe import load_tokenizer
-from bpe.assets import TOKENIZERS, reference_runtime, tokenizer_source
-from bpe.automaton import compile_tokenizer
-
-_models: dict = {}
-_runtimes: dict = {}
-_automata: dict = {}
-
-
-def model_of(name: str):
-    if name not in _models:
-        _models[name] = load_tokenizer(tokenizer_source(name))
-    return _models[name]
-
-
-def runtime_of(name: str):
-    if name not in _runtimes:
-        _runtimes[name] = reference_runtime(name)
-    return _runtimes[name]
-
-
-def automaton_of(name: str):
-    """The canonical automaton, through the on-disk cache (built once per machine)."""
-    if name not in _automata:
-        _automata[name] = compile_tokenizer(model_of(name))
-    return _automata[name]
+from bpe.assets import TOKENIZERS
 
 
 @pytest.fixture(params=TOKENIZERS)

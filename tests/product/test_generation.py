@@ -10,7 +10,7 @@ import torch
 from automata import MISSING, from_regex
 from bpe.assets import reference_model
 from product import LogitsProcessor, apply_bitmask, compile_regex, generate
-from tests.conftest import automaton_of, runtime_of
+from tests.support import automaton_of, runtime_of
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -23,16 +23,12 @@ from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
 from bpe.assets import ASSETS, GGUF_BPE_VOCABS, GGUF_SPM_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
-from bpe.loaders import _GGUF_PRE_TOKENIZERS, _gpt2_files_to_json, to_runtime_tokenizer
+from bpe.loaders import _GGUF_PRE_TOKENIZERS, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
 from bpe.unicode_classes import pre_tokenizer_class
+from tests.bpe.forms import O200K_PATTERN, gpt2_json, load_pair, runtime_pieces
 
-_O200K_PATTERN = (
-    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
-    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
-)
 _BEHAVIORS = ("isolated", "removed", "merged_with_previous", "merged_with_next", "contiguous")
 _TRICKY = ["a", "B", "s", "'", "'S", "'ll", " ", "  ", "\n", "\r\n", "\t", "1", "23", "!", "$", "/", "é", "É", "中",
            "\u00a0", "\u2000", "ſ", "\u212a", "ǅ", "ʰ", "\u0301", "\u0903", "¹", "_", "😀", "▁", "，", "«", "…", "\x1c"]
@@ -51,12 +47,6 @@ def _real_texts(limit: int = 3000) -> list[str]:
     return texts
 
 
-def _runtime_pieces(pre, text: str) -> list[str] | None:
-    """The runtime's pieces, or None when it removes part of the text (no tokenization gives the text back)."""
-    pieces = [p for p, _ in pre.pre_tokenize_str(text)]
-    return pieces if "".join(pieces) == text else None
-
-
 # -- pre-tokenizer boundaries, every behaviour ----------------------------------------------------------------
 
 _SEGMENTATIONS: dict = {}
@@ -68,7 +58,7 @@ def _segmentation(rules):
     return _SEGMENTATIONS[rules]
 
 
-@pytest.mark.parametrize("pattern", [_O200K_PATTERN, GPT2_PATTERN, " ", r"\p{N}", _DIGITS, _PUNCTUATION, "▁",
+@pytest.mark.parametrize("pattern", [O200K_PATTERN, GPT2_PATTERN, " ", r"\p{N}", _DIGITS, _PUNCTUATION, "▁",
                                      r"\s+$", r"[一-龥ࠀ-一가-퟿，]+"],
                          ids=["o200k", "gpt2", "space", "digit", "digits_class", "punct", "metaspace", "end_anchor",
                               "cjk_ranges"])
@@ -82,12 +72,12 @@ def test_split_boundaries_equal_the_runtime_for_every_behaviour(pattern, behavio
     texts = ["".join(rng.choice(_TRICKY) for _ in range(rng.randint(1, 12))) for _ in range(300)]
     texts += [t[:400] for t in _real_texts()[:12]]
     for text in texts:
-        assert segmentation.marks(text) == _runtime_pieces(pre, text), (repr(text), behavior, invert)
+        assert segmentation.marks(text) == runtime_pieces(pre, text), (repr(text), behavior, invert)
 
 
 _SEQUENCES = {
-    "o200k_removed_invert": ((SplitRule(_O200K_PATTERN, "removed", True),),
-                             [pre_tokenizers.Split(Regex(_O200K_PATTERN), "removed", invert=True)]),
+    "o200k_removed_invert": ((SplitRule(O200K_PATTERN, "removed", True),),
+                             [pre_tokenizers.Split(Regex(O200K_PATTERN), "removed", invert=True)]),
     "digits_punct_gpt2": ((SplitRule(_DIGITS, "isolated"), SplitRule(_PUNCTUATION, "contiguous"),
                            SplitRule(GPT2_PATTERN)),
                           [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.Punctuation("contiguous"),
@@ -104,12 +94,12 @@ _SEQUENCES = {
 @given(text=_text)
 def test_sequences_of_splits_on_adversarial_strings(name, text):
     rules, pres = _SEQUENCES[name]
-    assert _segmentation(rules).marks(text) == (_runtime_pieces(pre_tokenizers.Sequence(pres), text) if text else [])
+    assert _segmentation(rules).marks(text) == (runtime_pieces(pre_tokenizers.Sequence(pres), text) if text else [])
 
 
 def test_removed_invert_is_the_isolated_form_when_the_pattern_matches_everything():
     """cl100k/o200k conversions write the regex as Split(Removed, invert): the same boundaries as Isolated."""
-    for pattern in (_O200K_PATTERN, GPT2_PATTERN):
+    for pattern in (O200K_PATTERN, GPT2_PATTERN):
         a = build_segmentation((SplitRule(pattern, "removed", True),))
         b = build_segmentation((SplitRule(pattern, "isolated"),))
         assert np.array_equal(a.transitions, b.transitions) and np.array_equal(a.final, b.final)
@@ -136,10 +126,6 @@ def test_patterns_outside_the_model_are_refused_by_name(pattern, message):
 # -- real tokenizers rewritten into other forms ------------------------------------------------------------------
 
 
-def _gpt2_json() -> dict:
-    return _gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))
-
-
 def _mistral_json() -> dict:
     data = json.loads(tokenizer_source("mistral").read_text(encoding="utf-8"))
     data["decoder"]["decoders"] = [d for d in data["decoder"]["decoders"] if d["type"] != "Strip"]
@@ -153,13 +139,6 @@ def _byte_level(use_regex: bool = False, add_prefix_space: bool = False) -> dict
 def _split(pattern: str, behavior: str, invert: bool = False, regex: bool = True) -> dict:
     return {"type": "Split", "pattern": {"Regex" if regex else "String": pattern}, "behavior": behavior,
             "invert": invert}
-
-
-def _load_pair(data: dict, tmp_path, name: str = "tokenizer.json"):
-    """The model canonmerge loads from the JSON, and the runtime built from the very same file."""
-    path = tmp_path / name
-    path.write_text(json.dumps(data), encoding="utf-8")
-    return load_tokenizer(path), HFTokenizer.from_file(str(path))
 
 
 def _respellings(model, ids, rng, count):
@@ -223,9 +202,9 @@ _VARIANTS = {
 
 @pytest.mark.parametrize("variant", sorted(_VARIANTS))
 def test_gpt2_rewritten_pre_tokenizers_are_exact(variant, tmp_path):
-    data = _gpt2_json()
+    data = gpt2_json()
     data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": _VARIANTS[variant]}
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     texts = _real_texts()
     automaton = _assert_exact(model, runtime, texts[::2])
     if variant == "removed_invert":  # the same boundaries as GPT-2's own form, so the same automaton
@@ -236,9 +215,9 @@ def test_gpt2_rewritten_pre_tokenizers_are_exact(variant, tmp_path):
 
 def test_removed_text_is_never_allowed(tmp_path):
     """Split(" ", Removed) drops spaces: no token sequence that decodes to a space is canonical."""
-    data = _gpt2_json()
+    data = gpt2_json()
     data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [_split(" ", "Removed", regex=False), _byte_level()]}
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     automaton = compile_tokenizer(model)
     spaced = [t for t, b in enumerate(model.token_bytes) if b and b" " in b]
     assert len(spaced) > 1000
@@ -254,10 +233,10 @@ def test_a_regex_naming_many_characters_takes_a_wider_symbol_table(tmp_path):
     """250 characters written one by one refine the alphabet into 390 symbols: the symbol table turns uint16
     (the automaton marks unread code points with the largest id), and GPT-2 under the regex is still exact."""
     chars = [chr(0x4E00 + k) for k in range(250)]
-    data = _gpt2_json()
+    data = gpt2_json()
     data["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [
         _split("(?:" + "|".join(chars) + ")+", "Isolated"), _byte_level()]}
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     assert build_segmentation(model.pre_tokenizer).symbols.dtype == np.uint16
     rng = random.Random(3)
     texts = [text[:1500] + "".join(rng.choice(chars + [" ", "中文", "a", "\n"]) for _ in range(300))
@@ -272,9 +251,9 @@ def test_mistral_with_metaspace_is_exact(scheme, split, tmp_path):
     data = _mistral_json()
     data["normalizer"] = None
     data["pre_tokenizer"] = {"type": "Metaspace", "replacement": "▁", "prepend_scheme": scheme, "split": split}
-    model, _ = _load_pair(data, tmp_path)
+    model, _ = load_pair(data, tmp_path)
     oracle = dict(data, pre_tokenizer=dict(data["pre_tokenizer"], prepend_scheme="never"))
-    _, runtime = _load_pair(oracle, tmp_path, "oracle.json")
+    _, runtime = load_pair(oracle, tmp_path, "oracle.json")
     # Split on "▁" in the normalised text: on a space or a "▁" in the text as decoded.
     assert model.pre_tokenizer == ((SplitRule(r"[\ ▁]", "merged_with_next"),) if split else ())
     assert model.token_bytes == load_tokenizer(tokenizer_source("mistral")).token_bytes
@@ -282,9 +261,9 @@ def test_mistral_with_metaspace_is_exact(scheme, split, tmp_path):
 
 
 def test_normalisers_lowercase_and_nfkc_are_exact(tmp_path):
-    data = _gpt2_json()
+    data = gpt2_json()
     data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "NFKC"}, {"type": "Lowercase"}]}
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     assert model.normalizer == (("nfkc",), ("lowercase",))
     automaton = _assert_exact(model, runtime, [t.lower() for t in _real_texts()[::3]], min_tokens=3_000)
     upper = [t for t, b in enumerate(model.token_bytes) if b and b.decode("utf-8", "replace") != b.decode(
@@ -293,13 +272,13 @@ def test_normalisers_lowercase_and_nfkc_are_exact(tmp_path):
 
 
 def test_normaliser_strip_and_unknown_forms_are_refused_by_name(tmp_path):
-    data = _gpt2_json()
+    data = gpt2_json()
     for normalizer, name in (({"type": "Strip", "strip_left": True, "strip_right": True}, "'Strip'"),
                              ({"type": "Precompiled", "precompiled_charsmap": ""}, "'Precompiled'"),
                              ({"type": "Replace", "pattern": {"Regex": " +"}, "content": " "}, "regex pattern")):
         data["normalizer"] = normalizer
         with pytest.raises(UnsupportedTokenizerError, match=name):
-            _load_pair(data, tmp_path)
+            load_pair(data, tmp_path)
     data["normalizer"] = None
     for pre, name in (({"type": "Whitespace"}, "'Whitespace'"), ({"type": "UnicodeScripts"}, "'UnicodeScripts'"),
                       ({"type": "FixedLength", "length": 5}, "'FixedLength'"),
@@ -334,7 +313,7 @@ def _added(token_id: int, content: str, special: bool, **flags) -> dict:
 
 def test_added_tokens_in_every_form(tmp_path):
     """Special and not, inside the vocabulary and outside, plain text (non-ASCII) and byte-level spellings."""
-    data = _gpt2_json()
+    data = gpt2_json()
     n = len(data["model"]["vocab"])
     data["added_tokens"] += [
         _added(n, "<｜end▁of▁sentence｜>", True),      # plain-text, non-ASCII, special (DeepSeek-style)
@@ -345,7 +324,7 @@ def test_added_tokens_in_every_form(tmp_path):
         _added(data["model"]["vocab"]["ĊĊ"], "ĊĊ", False),  # in the vocabulary, byte-level spelling
         _added(data["model"]["vocab"]["tion"], "tion", False),  # in the vocabulary, matched whole (Gemma's "\n\n")
     ]
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     assert model.vocab_size == n + 5
     for i, b in enumerate(model.token_bytes):
         if b is not None:
@@ -374,7 +353,7 @@ def test_non_ascii_added_token_content_loads_for_byte_level_vocabularies(tmp_pat
     """Issue 18's second failure: a plain-text added token on a byte-level vocabulary used to fail to load."""
     data = json.loads(tokenizer_source("qwen3").read_text(encoding="utf-8"))
     data["added_tokens"].append(_added(max(a["id"] for a in data["added_tokens"]) + 1, "<｜place▁holder｜>", False))
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     i = model.vocab_size - 1
     assert model.token_bytes[i] == "<｜place▁holder｜>".encode() and runtime.decode([i]) == "<｜place▁holder｜>"
 
@@ -408,20 +387,20 @@ def test_eos_from_the_files_beside_the_tokenizer(tmp_path):
 @pytest.mark.parametrize("name,token", [("<end_of_turn>", "<end_of_turn>"), ("<｜end▁of▁sentence｜>", None),
                                         ("<|return|>", None), ("<EOT>", None), ("<|im_end|>", None)])
 def test_eos_guessed_from_a_wider_list_of_names(name, token, tmp_path):
-    data = _gpt2_json()
+    data = gpt2_json()
     n = len(data["model"]["vocab"])
     data["added_tokens"] = [_added(n, "<pad>", True), _added(n + 1, name, True)]
-    model, _ = _load_pair(data, tmp_path)
+    model, _ = load_pair(data, tmp_path)
     assert model.eos_token_ids == (n + 1,)
 
 
 def test_no_eos_is_a_typed_error_asking_for_eos_token_ids(tmp_path):
     from product import compile_regex
 
-    data = _gpt2_json()
+    data = gpt2_json()
     data["added_tokens"] = [_added(50256, "<|mystery|>", True)]
     data["model"]["vocab"]["<|mystery|>"] = data["model"]["vocab"].pop("<|endoftext|>")
-    model, _ = _load_pair(data, tmp_path)
+    model, _ = load_pair(data, tmp_path)
     assert model.eos_token_ids == ()
     automaton = compile_tokenizer(model)
     with pytest.raises(MissingEOSError, match="eos_token_ids="):
@@ -461,7 +440,7 @@ def test_large_tokenizers_token_bytes_equal_the_runtime(name):
 
 def test_o200k_is_exact_on_real_text():
     model, runtime = _large("o200k")
-    assert model.pre_tokenizer == (SplitRule(_O200K_PATTERN, "removed", True),)
+    assert model.pre_tokenizer == (SplitRule(O200K_PATTERN, "removed", True),)
     _assert_exact(model, runtime, _real_texts(20_000), min_tokens=100_000)
 
 
@@ -670,7 +649,7 @@ def test_deepseek_boundaries_equal_the_runtime_at_the_edges_of_every_named_range
     texts = ["".join(rng.choice(alphabet) for _ in range(rng.randint(1, 12))) for _ in range(3000)]
     texts += [t[:1000] for t in _real_texts()] + _MIXED_SCRIPT_TEXTS
     for text in texts:
-        assert segmentation.marks(text) == _runtime_pieces(pre, text), repr(text)
+        assert segmentation.marks(text) == runtime_pieces(pre, text), repr(text)
 
 
 @pytest.mark.parametrize("vocab", ["deepseek-coder", pytest.param("deepseek-llm", marks=pytest.mark.slow)])
@@ -724,10 +703,10 @@ def test_gguf_pre_tokenizer_names_map_to_llama_cpp_regexes_and_unknown_names_are
 def test_added_tokens_lstrip_rstrip_err_towards_allowing_and_single_word_is_refused(tmp_path):
     """lstrip/rstrip: the runtime swallows the whitespace beside the token. Its output is always accepted; a
     whitespace token written beside it (which the runtime would swallow) is allowed: the corner, measured here."""
-    data = _gpt2_json()
+    data = gpt2_json()
     n = len(data["model"]["vocab"])
     data["added_tokens"] += [_added(n, "<tool>", False, lstrip=True), _added(n + 1, "<end>", False, rstrip=True)]
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     automaton = compile_tokenizer(model)
     texts = [t.replace(" the", " <tool>").replace("and ", "<end> and ") for t in _real_texts()[::3]]
     swallowed = 0
@@ -743,4 +722,4 @@ def test_added_tokens_lstrip_rstrip_err_towards_allowing_and_single_word_is_refu
         assert automaton.accepts(over_allowed)  # allowed: the documented corner
     data["added_tokens"].append(_added(n + 2, "<word>", False, single_word=True))
     with pytest.raises(UnsupportedTokenizerError, match="'<word>'.*single_word"):
-        _load_pair(data, tmp_path)
+        load_pair(data, tmp_path)

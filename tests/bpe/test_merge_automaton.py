@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from bpe.canonical import build_merge_automaton
-from conftest import model_of, runtime_of
+from tests.support import model_of, runtime_of
 
 _built: dict = {}
 

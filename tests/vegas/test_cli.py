@@ -19,9 +19,9 @@ import networkx as nx
 import pytest
 
 from automata import from_regex
-from conftest import runtime_of
+from tests.support import runtime_of
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def canonmerge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:

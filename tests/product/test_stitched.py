@@ -12,10 +12,10 @@ import pytest
 
 import product
 import vegas
-from product.stitched import (PLACEHOLDERS, StitchError, StitchedGuide, _inner_pairs, _Skeleton, compile_stitched,
+from product.stitched import (PLACEHOLDERS, StitchedGuide, _inner_pairs, _Skeleton, compile_stitched,
                               fragment_library)
-from tests.conftest import automaton_of, runtime_of
-from tests.test_schema import SCHEMAS, VALID
+from tests.support import automaton_of, runtime_of
+from tests.schema_cases import SCHEMAS, VALID
 from vegas.schema import TOP, Compiler, load_schema
 
 # schemas whose skeletons branch on overlapping leaves (number | integer in oneOf branches sharing a key), with

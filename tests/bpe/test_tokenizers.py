@@ -2,7 +2,6 @@
 
 import json
 
-import numpy as np
 import pytest
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import models, pre_tokenizers
@@ -10,7 +9,7 @@ from tokenizers import models, pre_tokenizers
 from automata import CanonmergeError
 from bpe import TokenizerError, UnsupportedTokenizerError, load_tokenizer
 from bpe.assets import asset_path, reference_runtime, tokenizer_source
-from conftest import model_of, runtime_of
+from tests.support import model_of, runtime_of
 
 
 def _runtime_text(runtime, token_id: int) -> str:

@@ -21,8 +21,8 @@ from bpe import SplitRule, compile_tokenizer, load_tokenizer
 from bpe import automaton as automaton_module
 from bpe.pretokenizer import _CLASSES, build_segmentation, symbol_alphabet
 from bpe.unicode_classes import class_bits
-from conftest import automaton_of, model_of, runtime_of
-from test_tokenizer_forms import _O200K_PATTERN, _gpt2_json, _load_pair, _runtime_pieces
+from tests.support import automaton_of, model_of, runtime_of
+from tests.bpe.forms import O200K_PATTERN, gpt2_json, load_pair, runtime_pieces
 
 # Assigned after Unicode 14, with the classes the runtime puts them in: letters of every case class but Lt (no
 # titlecase letter has been added since), marks, numbers, punctuation, and two symbols (in no class).
@@ -87,8 +87,8 @@ def test_the_probed_classes_are_the_runtime_split_s_on_code_points_of_every_plan
 @pytest.mark.parametrize("name", ["gpt2", "llama3", "o200k_pattern"])
 def test_pieces_of_text_with_newer_characters_are_the_runtime_s(name):
     if name == "o200k_pattern":  # every letter case class and the marks (o200k, gpt-oss)
-        rules = (SplitRule(_O200K_PATTERN),)
-        pre = pre_tokenizers.Split(Regex(_O200K_PATTERN), "isolated")
+        rules = (SplitRule(O200K_PATTERN),)
+        pre = pre_tokenizers.Split(Regex(O200K_PATTERN), "isolated")
     else:
         rules = model_of(name).pre_tokenizer
         pre = runtime_of(name).pre_tokenizer
@@ -145,7 +145,7 @@ def test_digits_and_punctuation_pre_tokenizers_split_where_the_runtime_s_own_do(
     texts = ["".join(rng.choice(alphabet if rng.random() < 0.7 else anywhere) for _ in range(rng.randint(1, 12)))
              for _ in range(1500)]
     for text in texts:
-        assert segmentation.marks(text) == _runtime_pieces(pre_tokenizer, text), repr(text)
+        assert segmentation.marks(text) == runtime_pieces(pre_tokenizer, text), repr(text)
 
 
 # Where the runtime's normalisers disagree with Python's: characters Python's NFKC/NFKD decompose and the runtime
@@ -192,9 +192,9 @@ def test_runtime_encodings_of_text_the_normaliser_leaves_are_accepted_and_what_i
     tables disagree with the runtime's (Python would have excluded the first six under NFKC/NFKD, U+11938 under
     NFD); and no token holding a character the runtime's normaliser rewrites is ever allowed, nor such a
     character spelled byte by byte."""
-    data = _gpt2_json()
+    data = gpt2_json()
     data["normalizer"] = {"type": normalizer}
-    model, runtime = _load_pair(data, tmp_path)
+    model, runtime = load_pair(data, tmp_path)
     automaton = compile_tokenizer(model)
     rng = random.Random(18)
     alphabet = DISAGREEING_NORMALISER_CHARACTERS + ["a", "Z", " ", "\n", "1", "é", "\u0301", "中"]

@@ -9,7 +9,7 @@ from tokenizers import Tokenizer as HFTokenizer
 from automata import Alphabet, from_regex
 from bpe import load_tokenizer
 from bpe.direct_merge import direct_merge
-from conftest import model_of, runtime_of
+from tests.support import model_of, runtime_of
 
 
 def _toy(vocab: list[str], merges: list[tuple[str, str]]) -> HFTokenizer:

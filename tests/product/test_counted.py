@@ -14,8 +14,7 @@ from product import counted
 from product.counted import CountedGuide
 from product.guide import Guide, vocabulary_trie
 from product.token_regex import TokenTransitions
-from tests.conftest import automaton_of, runtime_of
-from tests.test_guide import _runtime_trie
+from tests.support import automaton_of, runtime_of, runtime_trie
 
 JSON_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
 
@@ -110,7 +109,7 @@ def test_counter_guide_masks_are_the_runtime_continuations(name, pattern):
     guide = compile_regex(pattern, automaton_of(name))
     assert isinstance(guide, CountedGuide)
     eos = set(guide.eos_token_ids)
-    for prefix, following in _runtime_trie(name, pattern).items():
+    for prefix, following in runtime_trie(name, pattern).items():
         state = guide.initial_state
         for t in prefix:
             state = guide.advance(state, t)

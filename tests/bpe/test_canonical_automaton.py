@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from bpe.assets import TEXT_SAMPLES, asset_path
 from bpe.automaton import CacheError, CanonicalAutomaton, DisallowedTokenError, compile_tokenizer
 from bpe.pretokenizer import build_segmentation
-from conftest import automaton_of, model_of, runtime_of
+from tests.support import automaton_of, model_of, runtime_of
 
 BYTE_LEVEL = ("gpt2", "llama3", "qwen3", "smollm2")
 

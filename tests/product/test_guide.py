@@ -17,7 +17,7 @@ from automata import Alphabet, EmptyLanguageError, RegexError, StateLimitError, 
 from bpe import DisallowedTokenError, direct_merge
 from product import InvalidTokenError, compile_regex
 from product.guide import Guide
-from tests.conftest import automaton_of, model_of, runtime_of
+from tests.support import automaton_of, model_of, runtime_of, runtime_trie
 
 
 FINITE_PATTERNS = [
@@ -33,17 +33,6 @@ FINITE_PATTERNS = [
 ]
 
 
-def _runtime_trie(name: str, pattern: str) -> dict[tuple, set]:
-    """Every prefix of the runtime's encodings of the language -> the ids that follow it (-1: a string ends)."""
-    runtime = runtime_of(name)
-    trie: dict[tuple, set] = {}
-    for symbols in from_regex(pattern).strings(100_000):
-        ids = runtime.encode(bytes(symbols).decode(), add_special_tokens=False).ids
-        for k in range(len(ids) + 1):
-            trie.setdefault(tuple(ids[:k]), set()).add(ids[k] if k < len(ids) else -1)
-    return trie
-
-
 @pytest.mark.parametrize("pattern", FINITE_PATTERNS)
 def test_masks_are_exactly_the_runtime_continuations(tokenizer_name, pattern):
     """At every node of the trie of the runtime's encodings, allowed = the node's children, plus EOS exactly
@@ -51,7 +40,7 @@ def test_masks_are_exactly_the_runtime_continuations(tokenizer_name, pattern):
     guide = compile_regex(pattern, automaton_of(tokenizer_name))
     eos = set(guide.eos_token_ids)
     missing = extra = 0
-    for prefix, following in _runtime_trie(tokenizer_name, pattern).items():
+    for prefix, following in runtime_trie(tokenizer_name, pattern).items():
         state = guide.initial_state
         for t in prefix:
             state = guide.advance(state, t)

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from bpe import DisallowedTokenError
 from product import (InvalidTokenError, Matcher, RollbackError, allocate_token_bitmask, compile_regex,
                      fill_next_token_bitmasks)
-from tests.conftest import automaton_of, runtime_of
+from tests.support import automaton_of, runtime_of
 
 PATTERN = r'\{"answer": "(yes|no|maybe)", "why": "[a-z ]{0,20}", "n": [0-9]{1,3}\}'
 OTHER = r"(true|false|null|-?[0-9]+(\.[0-9]+)?)"

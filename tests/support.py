@@ -1,0 +1,41 @@
+"""The real tokenizers, their runtimes and canonical automata, loaded once per test process, and the runtime's
+trie of a finite language: the oracles the tests compare against (never mocked)."""
+
+from automata import from_regex
+from bpe import load_tokenizer
+from bpe.assets import reference_runtime, tokenizer_source
+from bpe.automaton import compile_tokenizer
+
+_models: dict = {}
+_runtimes: dict = {}
+_automata: dict = {}
+
+
+def model_of(name: str):
+    if name not in _models:
+        _models[name] = load_tokenizer(tokenizer_source(name))
+    return _models[name]
+
+
+def runtime_of(name: str):
+    if name not in _runtimes:
+        _runtimes[name] = reference_runtime(name)
+    return _runtimes[name]
+
+
+def automaton_of(name: str):
+    """The canonical automaton, through the on-disk cache (built once per machine)."""
+    if name not in _automata:
+        _automata[name] = compile_tokenizer(model_of(name))
+    return _automata[name]
+
+
+def runtime_trie(name: str, pattern: str) -> dict[tuple, set]:
+    """Every prefix of the runtime's encodings of the language -> the ids that follow it (-1: a string ends)."""
+    runtime = runtime_of(name)
+    trie: dict[tuple, set] = {}
+    for symbols in from_regex(pattern).strings(100_000):
+        ids = runtime.encode(bytes(symbols).decode(), add_special_tokens=False).ids
+        for k in range(len(ids) + 1):
+            trie.setdefault(tuple(ids[:k]), set()).add(ids[k] if k < len(ids) else -1)
+    return trie
