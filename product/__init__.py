@@ -3,15 +3,21 @@
 Public: ``compile_regex``, ``Guide``, ``TokenTransitions``, ``InvalidTokenError``; for serving engines: ``Matcher``,
 ``fill_next_token_bitmasks``, ``RollbackError``, ``allocate_token_bitmask`` (docs/serving.md); for torch:
 ``apply_bitmask``, ``LogitsProcessor``, ``generate``, ``Generation`` (imported on first use: torch and
-transformers take ~3 s to import, which mask-only users need not pay).
+transformers take ~3 s to import, which mask-only users need not pay); for the schema layer above (``vegas``):
+``compile_stitched``, ``StitchedGuide``, ``StitchError``, ``FragmentTooLongError``, ``PLACEHOLDERS``,
+``FragmentStore``, ``default_library_dir``.
 """
 
 from product.guide import Guide, InvalidTokenError, compile_regex
 from product.matcher import Matcher, RollbackError, allocate_token_bitmask, fill_next_token_bitmasks
 from product.token_regex import TokenTransitions
+from product.library import FragmentStore, default_library_dir
+from product.stitched import PLACEHOLDERS, FragmentTooLongError, StitchedGuide, StitchError, compile_stitched
 
 __all__ = ["compile_regex", "Guide", "TokenTransitions", "InvalidTokenError", "apply_bitmask", "LogitsProcessor",
-           "generate", "Generation", "Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks"]
+           "generate", "Generation", "Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks",
+           "compile_stitched", "StitchedGuide", "StitchError", "FragmentTooLongError", "PLACEHOLDERS", "FragmentStore",
+           "default_library_dir"]
 
 _TORCH_API = ("apply_bitmask", "LogitsProcessor", "generate", "Generation")
 
