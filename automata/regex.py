@@ -46,7 +46,7 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
     no string over the alphabet matches, ``StateLimitError`` if the automaton would exceed ``max_states``.
     """
     alphabet = alphabet or Alphabet.bytes()
-    class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+    class_target, accepting, start, mapping = char_dfa(pattern, max_states)
     if alphabet.kind == "bytes" and len(class_target) > 64:
         # Minimise over character classes before expanding: each state that reads multi-byte characters gets
         # its own copy of the UTF-8 trie, and the position construction leaves many equivalent states (a YAML
@@ -80,7 +80,7 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     knows where each accepted string may leave. (``product.stitched`` cuts constraints into fragments this way:
     each exit is a point where the next fragment starts.)
     """
-    class_target, accepting, start, mapping = _char_dfa(pattern, max_states)
+    class_target, accepting, start, mapping = char_dfa(pattern, max_states)
     class_target, exit_of, exit_sets = read_exits(class_target, accepting, mapping, pattern)
     small, exit_of = _class_dfa(class_target, exit_of >= 0, start).minimise_labelled(exit_of)
     dfa = _expand(small.transitions, small.accepting, small.start, mapping, Alphabet.bytes(), max_states)
@@ -136,7 +136,7 @@ def shown(pattern: str, most: int = 300) -> str:
     return f"{pattern[:most]!r}... ({len(pattern):,} characters)"
 
 
-def _char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
+def char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
     """The character-class DFA of ``pattern`` (``glushkov``, or interegular's construction for lookaheads)."""
     try:
         tree = parse.read(pattern) or interegular.parse_pattern(pattern)
@@ -166,7 +166,7 @@ def _expand(class_target: np.ndarray, accepting: np.ndarray, start: int, mapping
     if alphabet.kind == "chars":
         symbol_class = np.array([mapping.get(c, other) for c in alphabet.chars], dtype=np.int64)
         return DFA(class_target[:, symbol_class], accepting, start, alphabet)
-    return _utf8_dfa(class_target, accepting, start, mapping, other, class_target.shape[1] - 1, max_states)
+    return utf8_dfa(class_target, accepting, start, mapping, other, class_target.shape[1] - 1, max_states)
 
 
 def _interegular_char_dfa(tree, max_states: int) -> glushkov.CharDFA:
@@ -302,7 +302,7 @@ def _reads_only_ascii(class_target: np.ndarray, mapping: dict, other: int) -> bo
     return c is not None and bool((class_target[:, c] == MISSING).all())
 
 
-def _utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, mapping: dict, other: int,
+def utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, mapping: dict, other: int,
               dead_class: int, max_states: int) -> DFA:
     """Expand a character-class DFA into a byte DFA (see the module docstring)."""
     if _reads_only_ascii(class_target, mapping, other):  # no trie needed: multi-byte leads go nowhere
@@ -348,3 +348,6 @@ def _utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, mappi
         rows[:, :, 0x80:0xC0] = block
     table[table == np.int64(MISSING)] = MISSING
     return DFA(table, np.concatenate([accepting, np.zeros(total - num_char_states, bool)]), start, Alphabet.bytes())
+
+# Old private names, kept until product/ and vegas/ import the public ones (removed in the same session).
+_char_dfa, _utf8_dfa = char_dfa, utf8_dfa

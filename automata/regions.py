@@ -21,7 +21,7 @@ from interegular.fsm import anything_else
 
 from automata.dfa import MISSING, DFA, Alphabet
 from automata.errors import StateLimitError
-from automata.regex import _char_dfa, exit_marker
+from automata.regex import char_dfa, exit_marker
 
 __all__ = ["regions", "eliminate"]
 
@@ -35,7 +35,7 @@ def regions(patterns: list[str], *, max_states: int = 10_000,
     if not 1 <= len(patterns) < 1000:
         raise ValueError(f"regions of 1 to 999 patterns, not {len(patterns)}")
     joined = "|".join(f"(?:{p}){exit_marker(i + 1)}" for i, p in enumerate(patterns))
-    class_target, accepting, start, mapping = _char_dfa(joined, max_states)
+    class_target, accepting, start, mapping = char_dfa(joined, max_states)
     # the exit set of each state: the markers it reads into an accepting state
     markers = {}
     for char, c in mapping.items():
