@@ -23,9 +23,16 @@ def test_networkx_and_graphml_round_trip(tmp_path_factory, pattern, chars, s):
 
 
 def test_edge_labels_are_readable_ranges():
+    """Every edge, exactly: its readable label, the symbols it stands for, and the start and accepting marks."""
     graph = to_networkx(from_regex(r"[a-z0-9]x"))
-    labels = {d["label"] for _, _, d in graph.edges(data=True)}
-    assert "0-9 a-z" in labels and "x" in labels
+    assert graph.graph["start"] == 0
+    assert {n: (d["start"], d["accepting"]) for n, d in graph.nodes(data=True)} == {
+        0: (True, False), 1: (False, False), 2: (False, True)}
+    assert {(u, v, d["label"], d["symbols"]) for u, v, d in graph.edges(data=True)} == {
+        (0, 1, "0-9 a-z", "48-57,97-122"), (1, 2, "x", "120")}
+    # bytes that are not printable ASCII are escaped; a UTF-8 character is two edges, one per byte
+    graph = to_networkx(from_regex(r'[a-cx-z]|é"'))
+    assert sorted(d["label"] for _, _, d in graph.edges(data=True)) == ['"', "\\xa9", "\\xc3", "a-c x-z"]
 
 
 def test_dot_output_marks_start_and_accepting():
