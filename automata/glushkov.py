@@ -33,9 +33,9 @@ import itertools
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, REFlags, _CharGroup, _Concatenation, _Repeated
+from numba import njit
 
 from automata.dfa import MISSING
 from automata.errors import RegexError, StateLimitError
@@ -114,8 +114,8 @@ class _Positions:
             flags = (flags | node.added_flags.value) & ~node.removed_flags.value
             nullable, first, last = False, 0, 0
             for option in node.options:
-                n, f, l = self.visit(option, flags)
-                nullable, first, last = nullable or n, first | f, last | l
+                option_nullable, option_first, option_last = self.visit(option, flags)
+                nullable, first, last = nullable or option_nullable, first | option_first, last | option_last
             return nullable, first, last
         if kind is _Repeated:
             if node.max is not None and node.min > node.max:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 from interegular.fsm import anything_else
 
-from automata.dfa import MISSING, DFA, Alphabet
+from automata.dfa import DFA, MISSING, Alphabet
 from automata.errors import StateLimitError
 from automata.regex import char_dfa, exit_marker
 

@@ -3,12 +3,12 @@
 import pytest
 from hypothesis import settings
 
+from bpe.assets import TOKENIZERS
+
 # No per-example deadlines: they measure the machine, not the code (a loaded CI machine once took 278 ms for an
 # example that takes 6 ms). Speed is measured by the benchmarks in bench/.
 settings.register_profile("canonmerge", deadline=None)
 settings.load_profile("canonmerge")
-
-from bpe.assets import TOKENIZERS
 
 
 @pytest.fixture(params=TOKENIZERS)

@@ -4,13 +4,13 @@ import re
 import string
 
 import interegular
-from interegular.patterns import _CharGroup
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from interegular.patterns import _CharGroup
 
-from automata import MISSING, DFA, Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
+from automata import DFA, MISSING, Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
 
 PATTERNS = [
     r"(true|false)",
@@ -432,9 +432,8 @@ def test_sparse_and_bitset_subset_constructions_give_the_same_dfa(pattern):
 
 
 def test_sparse_subset_construction_stops_at_max_states():
-    from automata import parse
-
     import automata.glushkov as glushkov
+    from automata import parse
 
     tree = parse.read("[ab]{0,40}c")
     for sparse in (True, False):
