@@ -13,18 +13,22 @@ one re-download when a cached archive fails its checksum.
 from __future__ import annotations
 
 import hashlib
-import io
+import json
 import os
 import tarfile
-import tempfile
 import urllib.request
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from automata.errors import CanonmergeError
+from tokenizers import Tokenizer as HFTokenizer
 
-__all__ = ["AssetError", "ASSETS", "asset_path", "cache_dir", "json_schema_test_suite"]
+from automata.errors import CanonmergeError
+from bpe.lm_cache import load_causal_lm
+from bpe.loaders import gpt2_files_to_json, load_tokenizer, to_runtime_tokenizer
+from bpe.storage import atomic_write, cache_dir, sha256_bytes, sha256_file
+
+__all__ = ["ASSETS", "AssetError", "asset_path", "cache_dir", "json_schema_test_suite"]
 
 
 class AssetError(CanonmergeError):
@@ -177,44 +181,17 @@ ASSETS: dict[str, _Asset] = {
 }
 
 
-def cache_dir() -> Path:
-    """The root of everything canonmerge caches: ``$CANONMERGE_CACHE_DIR`` or ``~/.cache/canonmerge``."""
-    root = os.environ.get("CANONMERGE_CACHE_DIR")
-    return Path(root).expanduser() if root else Path.home() / ".cache" / "canonmerge"
-
-
-def _sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _atomic_write(path: Path, chunks) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            for chunk in chunks:
-                f.write(chunk)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _download(archive: _Archive) -> Path:
     name = archive.url.rsplit("/", 1)[1]
     path = cache_dir() / "archives" / name
-    if path.exists() and _sha256_file(path) == archive.sha256:
+    if path.exists() and sha256_file(path) == archive.sha256:
         return path
     try:
         with urllib.request.urlopen(archive.url, timeout=120) as response:
-            _atomic_write(path, iter(lambda: response.read(1 << 20), b""))
+            atomic_write(path, iter(lambda: response.read(1 << 20), b""))
     except OSError as exc:
         raise AssetError(f"could not download {archive.url}: {exc}") from exc
-    actual = _sha256_file(path)
+    actual = sha256_file(path)
     if actual != archive.sha256:
         path.unlink(missing_ok=True)
         raise AssetError(f"{archive.url}: SHA-256 is {actual}, pinned {archive.sha256}")
@@ -245,21 +222,19 @@ def asset_path(name: str) -> Path:
     except KeyError:
         raise AssetError(f"unknown asset {name!r}; known: {', '.join(sorted(ASSETS))}") from None
     path = cache_dir() / "assets" / name
-    if path.exists() and _sha256_file(path) == asset.sha256:
+    if path.exists() and sha256_file(path) == asset.sha256:
         return path
     data = _read_member(_download(asset.archive), asset.member)
-    actual = hashlib.sha256(data).hexdigest()
+    actual = sha256_bytes(data)
     if actual != asset.sha256:
         raise AssetError(f"asset {name}: SHA-256 of {asset.member} is {actual}, pinned {asset.sha256}")
-    _atomic_write(path, [data])
+    atomic_write(path, [data])
     return path
 
 
 def json_schema_test_suite(draft: str = "draft2020-12") -> dict[str, list]:
     """The official JSON-Schema-Test-Suite files of one draft (``{file name: [test groups]}``), read from the
     pinned ``jsonschema`` sdist (its SHA-256 is checked, which pins every member)."""
-    import json
-
     archive = _download(_JSONSCHEMA_SDIST)
     prefix = f"jsonschema-4.26.0/json/tests/{draft}/"
     with tarfile.open(archive) as tar:
@@ -325,18 +300,15 @@ def native_runtime(name: str):
     shifted past the special tokens). Both packages are test dependencies.
     """
     if name == "cl100k":
-        import hashlib as _hashlib
-        import shutil
-
+        # (tiktoken is a test dependency: only the cl100k oracle needs it)
         import tiktoken
         from tiktoken_ext import openai_public
 
         url = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
         cache = cache_dir() / "tiktoken"
-        cached = cache / _hashlib.sha1(url.encode()).hexdigest()  # tiktoken's cache key for that URL
+        cached = cache / hashlib.sha1(url.encode()).hexdigest()  # tiktoken's cache key for that URL
         if not cached.exists():
-            cache.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(asset_path("cl100k/cl100k_base.tiktoken"), cached)
+            atomic_write(cached, asset_path("cl100k/cl100k_base.tiktoken").read_bytes())
         saved = os.environ.get("TIKTOKEN_CACHE_DIR")
         os.environ["TIKTOKEN_CACHE_DIR"] = str(cache)
         try:
@@ -347,6 +319,7 @@ def native_runtime(name: str):
             else:
                 os.environ["TIKTOKEN_CACHE_DIR"] = saved
     if name == "tekken":
+        # (mistral_common is a test dependency: only the Tekken oracle needs it)
         from mistral_common.tokens.tokenizers.tekken import Tekkenizer
 
         return Tekkenizer.from_file(str(tokenizer_source("tekken")))
@@ -365,31 +338,23 @@ def reference_runtime(name: str, model=None):
     that tokenizer already loaded by ``load_tokenizer(tokenizer_source(name))``, for those three (not read again:
     parsing SmolLM2's GGUF takes ~13 s here).
     """
-    import json as _json
-
-    from tokenizers import Tokenizer as HFTokenizer
-
-    from bpe.loaders import _gpt2_files_to_json, load_tokenizer, to_runtime_tokenizer
-
     if name in ("smollm2", *NATIVE_TOKENIZERS):
         return to_runtime_tokenizer(model if model is not None else load_tokenizer(tokenizer_source(name)))
     if name == "gpt2":
-        data = _gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))
+        data = gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))
     else:
-        data = _json.loads(tokenizer_source(name).read_text(encoding="utf-8"))
+        data = json.loads(tokenizer_source(name).read_text(encoding="utf-8"))
     norm = data.get("normalizer")
     if norm and norm.get("type") == "Sequence":
         norm["normalizers"] = [n for n in norm["normalizers"] if n.get("type") != "Prepend"]
     dec = data.get("decoder")
     if dec and dec.get("type") == "Sequence":
         dec["decoders"] = [d for d in dec["decoders"] if d.get("type") != "Strip"]
-    return HFTokenizer.from_str(_json.dumps(data))
+    return HFTokenizer.from_str(json.dumps(data))
 
 
 def reference_model():
     """SmolLM2-135M-Instruct as a ``transformers`` causal LM (CPU, float32, eval mode), loaded offline from the
     pinned GGUF asset (dequantising takes ~20 s on 2 cores the first time; later loads read the cached weights:
     ``bpe.lm_cache``). Its tokenizer is ``tokenizer_source("smollm2")``."""
-    from bpe.lm_cache import load_causal_lm
-
     return load_causal_lm(asset_path("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"))

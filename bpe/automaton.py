@@ -38,10 +38,10 @@ Special tokens are never produced by text and never allowed; EOS is the constrai
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -52,11 +52,14 @@ import numpy as np
 from automata.dfa import find_sorted, row_bounds, unique_rows
 from bpe.canonical import build_merge_automaton
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
+from bpe.loaders import checked_eos, load_tokenizer
 from bpe.model import Tokenizer
 from bpe.pretokenizer import Segmentation, build_segmentation
+from bpe.storage import atomic_file
+from bpe.storage import cache_dir as default_cache_dir
 from bpe.unicode_classes import rewritten_by, unicode_source
 
-__all__ = ["CanonicalAutomaton", "compile_tokenizer", "DisallowedTokenError"]
+__all__ = ["CanonicalAutomaton", "DisallowedTokenError", "compile_tokenizer"]
 
 FORMAT_VERSION = 8
 
@@ -273,7 +276,9 @@ class CanonicalAutomaton:
                "forbid_offsets", "boundary_next", "inside_next", "pending_offsets", "pending_tokens",
                "pending_next", "context_final", "token_blob", "token_offsets", "token_has_bytes", "eos_token_ids")
 
-    def _digest(self, key: str) -> str:
+    def digest(self, key: str) -> str:
+        """SHA-256 over ``key``, the format version and every array (what a saved file is checked against; also
+        a name for this automaton that caches built on it can key on)."""
         digest = hashlib.sha256(f"{FORMAT_VERSION}:{key}".encode())
         for name in self._FIELDS:
             a = getattr(self, name)
@@ -281,22 +286,16 @@ class CanonicalAutomaton:
             digest.update(np.ascontiguousarray(a).data)
         return digest.hexdigest()
 
+    _digest = digest  # the old name, until product/library.py calls ``digest``
+
     def save(self, path: str | os.PathLike, key: str = "") -> None:
         """Write atomically (temp file + rename) as ``.npz`` with a SHA-256 of every array; no pickle."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        meta = json.dumps({"format": FORMAT_VERSION, "key": key, "sha256": self._digest(key)})
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, meta=np.array(meta), **{n: getattr(self, n) for n in self._FIELDS})
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        meta = json.dumps({"format": FORMAT_VERSION, "key": key, "sha256": self.digest(key)})
+        with atomic_file(path) as f:
+            np.savez(f, meta=np.array(meta), **{n: getattr(self, n) for n in self._FIELDS})
 
     @classmethod
-    def load(cls, path: str | os.PathLike, key: str | None = None) -> "CanonicalAutomaton":
+    def load(cls, path: str | os.PathLike, key: str | None = None) -> CanonicalAutomaton:
         """Read and verify a saved automaton (``CacheError`` if it is corrupt, from another format version, or
         — when ``key`` is given — built for another tokenizer)."""
         try:
@@ -310,7 +309,7 @@ class CanonicalAutomaton:
         if key is not None and meta.get("key") != key:
             raise CacheError(f"{path}: built for another tokenizer")
         automaton = cls(**arrays)
-        if automaton._digest(meta.get("key", "")) != meta.get("sha256"):
+        if automaton.digest(meta.get("key", "")) != meta.get("sha256"):
             raise CacheError(f"{path}: checksum mismatch (corrupt or modified)")
         return automaton
 
@@ -354,14 +353,10 @@ def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, pro
     corrupt or stale cache file is rebuilt. ``progress(message)`` is called at each build stage.
     ``eos_token_ids`` replaces the EOS ids the source names (or that were guessed from its token names).
     """
-    import dataclasses
-
-    from bpe.loaders import _checked_eos, load_tokenizer
-
     if isinstance(source, Tokenizer):
         tokenizer = source
         if eos_token_ids is not None:
-            tokenizer = dataclasses.replace(tokenizer, eos_token_ids=tuple(_checked_eos(eos_token_ids)))
+            tokenizer = dataclasses.replace(tokenizer, eos_token_ids=tuple(checked_eos(eos_token_ids)))
     else:
         tokenizer = load_tokenizer(source, eos_token_ids=eos_token_ids)
     key = tokenizer_key(tokenizer)
@@ -384,15 +379,11 @@ def compile_tokenizer(source, cache_dir: str | os.PathLike | None = None, *, pro
 
 def cache_path(source, cache_dir: str | os.PathLike | None = None) -> Path:
     """Where ``compile_tokenizer`` keeps the automaton of ``source``."""
-    from bpe.loaders import load_tokenizer
-
     tokenizer = source if isinstance(source, Tokenizer) else load_tokenizer(source)
     return _cache_file(tokenizer_key(tokenizer), cache_dir)
 
 
 def _cache_file(key: str, cache_dir: str | os.PathLike | None) -> Path:
-    from bpe.assets import cache_dir as default_cache_dir
-
     root = Path(cache_dir) if cache_dir is not None else default_cache_dir() / "automata"
     return root / f"canonical-{key[:32]}.npz"
 
@@ -458,7 +449,7 @@ def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
     }
 
 
-def _excluded_code_points(tokenizer: Tokenizer) -> np.ndarray | None:
+def excluded_code_points(tokenizer: Tokenizer) -> np.ndarray | None:
     """bool[0x110000]: characters the normaliser never lets reach BPE (None: no such normaliser). The first
     Unicode normal form decides (see the module docstring): a character it changes on its own is rewritten in
     every context, so never occurs in its output; ``Lowercase`` excludes every character it changes. Both tables
@@ -489,7 +480,7 @@ class _TokenShapes:
         fallback = tokenizer.byte_fallback_ids
         self.byte_fallback = np.zeros(V, dtype=bool)
         self.byte_fallback[list(fallback.values())] = True
-        self.excluded = excluded = _excluded_code_points(tokenizer)
+        self.excluded = excluded = excluded_code_points(tokenizer)
         for t, raw in enumerate(tokenizer.token_bytes):
             row: list[int] = []
             rows.append(row)

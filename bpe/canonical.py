@@ -9,7 +9,7 @@ after token t; class 0 = nothing read yet) plus, per class, the set of tokens fo
 When does a pair (a, b) fail? Three facts, each checked against the runtime:
 
 1. *Every token is built the same way wherever it occurs*: the merges inside a token's span are those of the
-   runtime run on its text alone (its *derivation*, ``_derivations``), and it appears when the clock — the
+   runtime run on its text alone (its *derivation*, ``derivations``), and it appears when the clock — the
    largest rank merged so far — reaches ``completed_at[t]``, the largest rank in its derivation. For merge
    lists in rank order (GPT-2, SentencePiece) that is the rank of its last merge; for lists converted from
    tiktoken ranks (Llama-3) a merge can fire after higher-ranked ones, once a later-ranked merge builds its
@@ -94,8 +94,8 @@ class MergeAutomaton:
 def build_merge_automaton(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray) -> MergeAutomaton:
     """The canonical automaton of ``merge_table`` (rows: left, right, result; row index = rank) over the
     symbols ``base_token_ids``, for the runtime's rule "merge the lowest-ranked adjacent pair, leftmost first"."""
-    pairs, first = _pair_ranks(merge_table, vocab_size)
-    derivation = _derivations(merge_table, vocab_size, base_token_ids, pairs, first)
+    pairs, first = pair_ranks(merge_table, vocab_size)
+    derivation = derivations(merge_table, vocab_size, base_token_ids, pairs, first)
     tau, right = derivation.completed_at, derivation.right
     produced = derivation.produced
 
@@ -172,16 +172,16 @@ class _Derivations:
     produced: np.ndarray
 
 
-def _pair_ranks(merge_table: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
+def pair_ranks(merge_table: np.ndarray, vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
     """Sorted pair keys ``left * V + right`` and the rank (first row) of each pair's merge."""
     return np.unique(merge_table[:, 0].astype(np.int64) * vocab_size + merge_table[:, 1], return_index=True)
 
 
-def _derivations(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray,
+def derivations(merge_table: np.ndarray, vocab_size: int, base_token_ids: np.ndarray,
                  pairs: np.ndarray, first: np.ndarray) -> _Derivations:
     """Run the runtime's BPE on every token's base symbols at once: tokens of equal length in one array,
     one merge per row per step (lowest rank, leftmost), vectorised over the rows. ``pairs``/``first``:
-    ``_pair_ranks`` of the table."""
+    ``pair_ranks`` of the table."""
     V = vocab_size
     results = merge_table[first, 2].astype(np.int64)
     never = len(merge_table)

@@ -34,11 +34,11 @@ from collections import defaultdict
 import numpy as np
 
 from automata import DFA, MISSING, Alphabet
-from bpe.canonical import _derivations, _pair_ranks
+from bpe.canonical import derivations, pair_ranks
 from bpe.errors import TokenizerError
 from bpe.model import Tokenizer
 
-__all__ = ["direct_merge", "TokenDFA"]
+__all__ = ["TokenDFA", "direct_merge"]
 
 
 class TokenDFA:
@@ -180,7 +180,7 @@ def _base_token_of_symbol(dfa: DFA, tokenizer: Tokenizer) -> np.ndarray:
     return out
 
 
-_FIRING_ORDER: "weakref.WeakKeyDictionary[Tokenizer, list[tuple[int, int, int]]]" = weakref.WeakKeyDictionary()
+_FIRING_ORDER: weakref.WeakKeyDictionary[Tokenizer, list[tuple[int, int, int]]] = weakref.WeakKeyDictionary()
 
 
 def _firing_order(tokenizer: Tokenizer) -> list[tuple[int, int, int]]:
@@ -195,8 +195,8 @@ def _firing_order(tokenizer: Tokenizer) -> list[tuple[int, int, int]]:
 
 def _compute_firing_order(tokenizer: Tokenizer) -> list[tuple[int, int, int]]:
     table, V = tokenizer.merge_table, tokenizer.vocab_size
-    pairs, first = _pair_ranks(table, V)
-    completed_at = _derivations(table, V, tokenizer.base_token_ids, pairs, first).completed_at
+    pairs, first = pair_ranks(table, V)
+    completed_at = derivations(table, V, tokenizer.base_token_ids, pairs, first).completed_at
     left, right = (pairs // V).astype(np.int64), (pairs % V).astype(np.int64)
     clock = np.maximum(first, np.maximum(completed_at[left], completed_at[right]))
     # A merge waiting for an operand built at its own clock goes after the merge that builds it: depth 0 for

@@ -20,12 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
-from bpe.assets import _sha256_file, cache_dir
+from bpe.storage import atomic_directory, cache_dir, sha256_file
 
-__all__ = ["load_causal_lm"]
+__all__ = ["load_causal_lm", "verified_folder"]
 
 _MANIFEST = "canonmerge-manifest.json"
 
@@ -36,6 +35,8 @@ def load_causal_lm(path: str | os.PathLike, *, cache: str | os.PathLike | None =
     A GGUF file's dequantised weights are cached in ``cache`` (default ``<canonmerge cache>/models``; see the
     module docstring). ``transformers``' own errors (``OSError``, ``ValueError``...) pass through."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    # (transformers and torch take seconds to import: only loading a model pays for them)
+    import transformers
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -45,12 +46,10 @@ def load_causal_lm(path: str | os.PathLike, *, cache: str | os.PathLike | None =
     try:
         if not path.is_file():
             return AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True).eval()
-        import transformers
-
         # (keyed by the transformers version too: another version may dequantise or name tensors otherwise)
         folder = Path(cache) if cache is not None else cache_dir() / "models"
-        folder = folder / f"{_sha256_file(path)[:32]}-transformers-{transformers.__version__}"
-        if _verified(folder):
+        folder = folder / f"{sha256_file(path)[:32]}-transformers-{transformers.__version__}"
+        if verified_folder(folder):
             try:
                 return _load(folder).eval()
             except (OSError, ValueError, KeyError, RuntimeError):  # a folder this version cannot read: rebuilt
@@ -65,7 +64,7 @@ def load_causal_lm(path: str | os.PathLike, *, cache: str | os.PathLike | None =
         hf_logging.set_verbosity(verbosity)
 
 
-def _verified(folder: Path) -> bool:
+def verified_folder(folder: Path) -> bool:
     """Whether ``folder`` holds exactly the files its manifest names, with their SHA-256 sums; a folder that does
     not is deleted (it is rebuilt)."""
     if not folder.is_dir():
@@ -74,7 +73,7 @@ def _verified(folder: Path) -> bool:
         manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
         files = manifest["files"]
         present = {p.name for p in folder.iterdir()} - {_MANIFEST}
-        if present == set(files) and all(_sha256_file(folder / name) == digest for name, digest in files.items()):
+        if present == set(files) and all(sha256_file(folder / name) == digest for name, digest in files.items()):
             return True
     except (OSError, ValueError, KeyError, TypeError):
         pass
@@ -84,6 +83,7 @@ def _verified(folder: Path) -> bool:
 
 def _load(folder: Path):
     """The model of a verified folder: built from its config (float32, initialised), the weights read into it."""
+    # (deferred with transformers: see load_causal_lm)
     from safetensors.torch import load_model
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
 
@@ -98,21 +98,17 @@ def _save(model, folder: Path) -> None:
     sums, then one rename. A folder another process put there first is kept (both hold the same weights).
     (``save_pretrained`` refuses a model that ``transformers`` marks as GGUF-quantised, whose weights it has in
     fact dequantised.)"""
+    # (deferred with transformers: see load_causal_lm)
     from safetensors.torch import save_model
 
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}.", suffix=".part"))
-    try:
+    with atomic_directory(folder) as tmp:
         save_model(model, str(tmp / "model.safetensors"))
         config = model.config.to_dict()
         config.pop("quantization_config", None)
         (tmp / "config.json").write_text(json.dumps(config, indent=1), encoding="utf-8")
         model.generation_config.to_json_file(str(tmp / "generation_config.json"))
-        files = {p.name: _sha256_file(p) for p in sorted(tmp.iterdir())}
+        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
         (tmp / _MANIFEST).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
-        try:
-            os.rename(tmp, folder)
-        except OSError:  # (another process finished first)
-            pass
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+
+_verified = verified_folder  # the old name, until tests/product/test_generation.py imports the public one

@@ -16,11 +16,14 @@ transformers files beside a tokenizer.json, else a list of names (see docs/token
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tokenizers import Tokenizer as HFTokenizer
 
 from bpe.errors import TokenizerError, UnsupportedTokenizerError
 from bpe.model import GPT2_PATTERN, SplitRule, Tokenizer, bytes_to_unicode
@@ -120,7 +123,7 @@ _LLAMA_CPP_NAMES = {
     "viking": "viking", "seed-coder": "seed-coder", "ufakzeka": "ufakzeka",
     **dict.fromkeys(("bailingmoe", "bailingmoe2", "llada-moe"), "bailingmoe"),
 }
-_GGUF_PRE_TOKENIZERS: dict[str, tuple[tuple[SplitRule, ...], bool]] = {
+GGUF_PRE_TOKENIZERS: dict[str, tuple[tuple[SplitRule, ...], bool]] = {
     name: (tuple(SplitRule(r) for r in _LLAMA_CPP_TYPES[kind][0]), _LLAMA_CPP_TYPES[kind][1])
     for name, kind in _LLAMA_CPP_NAMES.items()
 }
@@ -129,7 +132,7 @@ _NAMED_PRE_TOKENIZERS: dict[str, tuple[tuple[SplitRule, ...], bool]] = {
     "r50k_base": ((SplitRule(GPT2_PATTERN),), False),
     "gpt2": ((SplitRule(GPT2_PATTERN),), False),
     "cl100k_base": ((SplitRule(_CL100K_PATTERN),), False),
-    **_GGUF_PRE_TOKENIZERS,
+    **GGUF_PRE_TOKENIZERS,
 }
 # Special tokens that tiktoken adds after the rank file, by encoding name.
 _TIKTOKEN_SPECIALS = {
@@ -153,7 +156,7 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
     that do not carry it, i.e. tiktoken files whose name does not tell.
     """
     if eos_token_ids is not None:
-        eos_token_ids = _checked_eos(eos_token_ids)
+        eos_token_ids = checked_eos(eos_token_ids)
     if hasattr(source, "backend_tokenizer"):  # transformers PreTrainedTokenizerFast
         eos = eos_token_ids
         if eos is None and getattr(source, "eos_token_id", None) is not None:
@@ -170,7 +173,7 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
         if (path / "tokenizer.json").exists():
             path = path / "tokenizer.json"
         elif (path / "encoder.json").exists() and (path / "vocab.bpe").exists():
-            return _from_json_dict(_gpt2_files_to_json(path / "encoder.json", path / "vocab.bpe"), eos_token_ids,
+            return _from_json_dict(gpt2_files_to_json(path / "encoder.json", path / "vocab.bpe"), eos_token_ids,
                                    beside=path)
         else:
             raise TokenizerError(f"directory {str(path)!r} has no tokenizer.json (nor encoder.json + vocab.bpe)")
@@ -192,7 +195,7 @@ def load_tokenizer(source: Any, *, eos_token_ids: list[int] | None = None, pre_t
     return _from_json_dict(data, eos_token_ids, beside=path.parent)
 
 
-def _checked_eos(eos_token_ids) -> list[int]:
+def checked_eos(eos_token_ids) -> list[int]:
     if isinstance(eos_token_ids, (int, str, bytes)) or not all(
             isinstance(t, (int, np.integer)) and not isinstance(t, bool) for t in eos_token_ids):
         raise TypeError(f"eos_token_ids must be a list of token ids, not {eos_token_ids!r}")
@@ -285,8 +288,6 @@ def _behavior(spec: dict, default: str) -> str:
 def _string_pattern(text: str, replaces: list[tuple[str, str]]) -> str | None:
     """The regex, over the text as decoded (before normalisation), of a literal that a Split looks for in the
     normalised text; None when no text can contain it. Exact for one-character replacements."""
-    import re
-
     if not text:
         raise UnsupportedTokenizerError("Split pre-tokenizer with an empty string pattern is not supported")
     if not replaces:
@@ -361,8 +362,6 @@ def _parse_pre_tokenizer(spec: dict | None, replaces: list[tuple[str, str]], fir
     if kind == "WhitespaceSplit":
         return (SplitRule(r"\s", "removed"),), False, ()
     if kind == "CharDelimiterSplit":
-        import re
-
         return (SplitRule(re.escape(spec["delimiter"]), "removed"),), False, ()
     if kind == "Metaspace":
         replacement = spec.get("replacement", "▁")
@@ -538,7 +537,7 @@ def _added_token(token_id: int, content: str, special: bool) -> dict:
             "rstrip": False, "normalized": not special}
 
 
-def _gpt2_files_to_json(encoder: Path, vocab_bpe: Path) -> dict:
+def gpt2_files_to_json(encoder: Path, vocab_bpe: Path) -> dict:
     """GPT-2's original release files as a tokenizer.json dictionary (ByteLevel, no normaliser)."""
     vocab = json.loads(encoder.read_text(encoding="utf-8"))
     lines = vocab_bpe.read_text(encoding="utf-8").split("\n")
@@ -708,6 +707,7 @@ def _from_tekken(data: dict, where: str, eos_token_ids: list[int] | None) -> Tok
 
 def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
     try:
+        # (only GGUF files need the reader, an optional reader that imports slowly)
         from gguf import GGUFReader
     except ImportError as exc:  # pragma: no cover - gguf is a declared dependency
         raise TokenizerError("reading GGUF files needs the 'gguf' package") from exc
@@ -731,11 +731,11 @@ def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
     user_defined = {i for i, t in enumerate(token_types) if t == 4}
     if model == "gpt2":
         pre = field("tokenizer.ggml.pre", "default")  # llama.cpp reads a missing name as "default"
-        if pre not in _GGUF_PRE_TOKENIZERS:
+        if pre not in GGUF_PRE_TOKENIZERS:
             raise UnsupportedTokenizerError(
                 f"{path.name}: GGUF pre-tokenizer {pre!r} (tokenizer.ggml.pre) is not supported; supported: "
-                f"{', '.join(sorted(_GGUF_PRE_TOKENIZERS))}")
-        rules, ignore_merges = _GGUF_PRE_TOKENIZERS[pre]
+                f"{', '.join(sorted(GGUF_PRE_TOKENIZERS))}")
+        rules, ignore_merges = GGUF_PRE_TOKENIZERS[pre]
         vocab = {s: i for i, s in enumerate(tokens)}
         merges = field("tokenizer.ggml.merges", [])
         added = [_added_token(i, tokens[i], True) for i in sorted(control)]
@@ -762,8 +762,6 @@ def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
         # escape_whitespaces), <0xNN> byte fallback, no dummy prefix; llama.cpp splits the text into runs of newlines
         # and runs of anything else before BPE. The split only concerns "\n", which the Replace normaliser leaves
         # alone, so it is added after reading (a Split regex after a Replace is refused in tokenizer.json in general).
-        from dataclasses import replace as _replace
-
         pre = field("tokenizer.ggml.pre", "gemma4")
         if pre not in ("gemma4", "default"):
             raise UnsupportedTokenizerError(f"{path.name}: GGUF pre-tokenizer {pre!r} for a gemma4 vocabulary is not "
@@ -780,7 +778,7 @@ def _from_gguf(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
                             + [_added_token(i, tokens[i], False) for i in sorted(user_defined)],
         }
         loaded = _from_json_dict(data, eos_token_ids if eos_token_ids is not None else ([eos] if eos is not None else None))
-        return _replace(loaded, pre_tokenizer=(SplitRule(r"[^\n]+|[\n]+"),))
+        return dataclasses.replace(loaded, pre_tokenizer=(SplitRule(r"[^\n]+|[\n]+"),))
     raise UnsupportedTokenizerError(f"{path.name}: GGUF tokenizer model {model!r} is not supported (supported: gpt2, "
                                     "llama, gemma4)")
 
@@ -817,6 +815,7 @@ def _from_pieces(pieces: list[str], scores: list[float], control: set[int], byte
 
 def _from_sentencepiece(path: Path, eos_token_ids: list[int] | None) -> Tokenizer:
     try:
+        # (only SentencePiece .model files need sentencepiece and protobuf)
         from sentencepiece import sentencepiece_model_pb2 as spm
     except ImportError as exc:  # pragma: no cover - declared dependency
         raise TokenizerError("reading SentencePiece .model files needs 'sentencepiece' and 'protobuf'") from exc
@@ -855,8 +854,6 @@ def to_runtime_tokenizer(model: Tokenizer):
     Used where a format has no runtime of its own (a GGUF vocabulary). It encodes text the way the
     original tokenizer does for continuations; the dummy-prefix ``prepend`` step is left out.
     """
-    from tokenizers import Tokenizer as HFTokenizer
-
     if model.byte_level:
         encoder = bytes_to_unicode()
         spell = lambda b: "".join(encoder[x] for x in b)  # noqa: E731

@@ -21,7 +21,7 @@ import numpy as np
 
 from bpe.errors import TokenizerError
 
-__all__ = ["Tokenizer", "SplitRule", "GPT2_PATTERN", "bytes_to_unicode"]
+__all__ = ["GPT2_PATTERN", "SplitRule", "Tokenizer", "bytes_to_unicode"]
 
 # The pre-tokenizer regex of GPT-2 (and of ByteLevel(use_regex=True) in HF tokenizers).
 GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""

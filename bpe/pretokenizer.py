@@ -51,7 +51,7 @@ from functools import cached_property, lru_cache
 
 import numpy as np
 
-from automata import Alphabet, from_regex
+from automata import DFA, Alphabet, from_regex
 from automata.errors import CanonmergeError
 from bpe.errors import UnsupportedTokenizerError
 from bpe.model import SplitRule
@@ -74,7 +74,7 @@ _CATEGORY_PLACEHOLDER = {LETTER: "\ue000", NUMBER: "\ue001", SPACE: "\ue002", OT
                          MODIFIER: "\ue008", MARK: "\ue009"}
 _FIRST_REFINED_PLACEHOLDER = 0xE010  # refined symbols 140.. (up to MAX_SYMBOLS stays in the private-use area)
 # The Unicode classes a pattern may use, and the classes the characters of each category symbol are in.
-_CLASSES = (r"\p{L}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}", r"\p{N}", r"\p{P}", r"\s")
+CLASSES = (r"\p{L}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}", r"\p{N}", r"\p{P}", r"\s")
 _SYMBOL_CLASSES = {LETTER: (r"\p{L}", r"\p{Lo}"), UPPER: (r"\p{L}", r"\p{Lu}"), LOWER: (r"\p{L}", r"\p{Ll}"),
                    TITLE: (r"\p{L}", r"\p{Lt}"), MODIFIER: (r"\p{L}", r"\p{Lm}"), MARK: (r"\p{M}",),
                    NUMBER: (r"\p{N}",), PUNCT: (r"\p{P}",), SPACE: (r"\s",), OTHER: (),
@@ -82,8 +82,8 @@ _SYMBOL_CLASSES = {LETTER: (r"\p{L}", r"\p{Lo}"), UPPER: (r"\p{L}", r"\p{Lu}"), 
 
 
 def _class_mask(classes: tuple[str, ...]) -> int:
-    """The bits of ``classes`` in ``class_bits(_CLASSES)``."""
-    return sum(1 << _CLASSES.index(key) for key in classes)
+    """The bits of ``classes`` in ``class_bits(CLASSES)``."""
+    return sum(1 << CLASSES.index(key) for key in classes)
 
 
 # A named set: the non-ASCII code points one class (or one literal character) names, as sorted, disjoint,
@@ -95,8 +95,8 @@ CodePointSet = tuple[tuple[int, int], ...]
 def _category_symbols() -> np.ndarray:
     """uint8[0x110000]: the fixed symbol of every code point: ASCII itself, the others the category symbol of
     the classes the runtime's regex engine puts them in (``bpe.unicode_classes``; surrogates: OTHER)."""
-    bits = class_bits(_CLASSES)
-    symbol_of_mask = np.full(1 << len(_CLASSES), -1, dtype=np.int16)
+    bits = class_bits(CLASSES)
+    symbol_of_mask = np.full(1 << len(CLASSES), -1, dtype=np.int16)
     for symbol, classes in _SYMBOL_CLASSES.items():
         if symbol not in (LONG_S, KELVIN):  # (in LOWER's and UPPER's classes: set by code point below)
             symbol_of_mask[_class_mask(classes)] = symbol
@@ -104,7 +104,7 @@ def _category_symbols() -> np.ndarray:
     table[:128] = np.arange(128)
     if (table < 0).any():
         cp = int(np.flatnonzero(table < 0)[0])
-        classes = [key for k, key in enumerate(_CLASSES) if bits[cp] >> k & 1]
+        classes = [key for k, key in enumerate(CLASSES) if bits[cp] >> k & 1]
         raise UnsupportedTokenizerError(f"the runtime's regex engine puts U+{cp:04X} in {', '.join(classes)} at once, "
                                         "which no character category has")
     table[0x17F], table[0x212A] = LONG_S, KELVIN
@@ -153,11 +153,11 @@ class SymbolAlphabet:
 
     @cached_property
     def class_members(self) -> dict[str, str]:
-        """Per Unicode class (``_CLASSES``), its members as the text inside ``[...]`` of a rewritten regex: the
+        """Per Unicode class (``CLASSES``), its members as the text inside ``[...]`` of a rewritten regex: the
         ASCII characters the runtime's regex engine puts in it, and the symbols of the categories in it."""
-        ascii_bits = class_bits(_CLASSES)[:128]
+        ascii_bits = class_bits(CLASSES)[:128]
         out = {}
-        for key in _CLASSES:
+        for key in CLASSES:
             ascii_members = np.flatnonzero(ascii_bits & _class_mask((key,))).tolist()
             out[key] = "".join(_regex_char(c) for c in ascii_members) + "".join(
                 self.placeholder(s) for s, cat in enumerate(self.category[128:].tolist(), start=128)
@@ -269,7 +269,7 @@ class Segmentation:
 class _Class:
     negated: bool = False
     ascii: tuple[tuple[int, int], ...] = ()  # ASCII members: inclusive ranges
-    unicode: tuple[str, ...] = ()  # Unicode classes among the members (keys of _CLASSES)
+    unicode: tuple[str, ...] = ()  # Unicode classes among the members (keys of CLASSES)
     named: CodePointSet = ()  # non-ASCII members
 
 
@@ -278,7 +278,7 @@ _CHARACTER_ESCAPES = {"t": 0x09, "n": 0x0A, "v": 0x0B, "f": 0x0C, "r": 0x0D, "a"
 
 
 def _read_escape(pattern: str, i: int) -> tuple[str | int, bool, int]:
-    """The escape at ``pattern[i]`` (a backslash): ``(key of _CLASSES, negated, end)`` for a class escape,
+    """The escape at ``pattern[i]`` (a backslash): ``(key of CLASSES, negated, end)`` for a class escape,
     ``(code point, False, end)`` for a character."""
     c = pattern[i + 1 : i + 2]
     if c in ("p", "P") and pattern[i + 2 : i + 3] == "{":
@@ -286,7 +286,7 @@ def _read_escape(pattern: str, i: int) -> tuple[str | int, bool, int]:
         if not end:
             raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:]!r} is not closed")
         key = r"\p" + pattern[i + 2 : end]
-        if key not in _CLASSES:
+        if key not in CLASSES:
             raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:end]} is not supported")
         return key, c == "P", end
     if c in ("s", "S"):
@@ -449,7 +449,7 @@ def _top_level_split(pattern: str) -> list[str]:
     return parts
 
 
-_LOOKAHEAD = re.compile(r"^(.*)\(\?([!=])(\\[sSpPdDwW](?:\{\w+\})?|\[[^\]]*\]|.)\)$", re.S)
+_LOOKAHEAD = re.compile(r"^(.*)\(\?([!=])(\\[sSpPdDwW](?:\{\w+\})?|\[[^\]]*\]|.)\)$", re.DOTALL)
 
 
 def _fold_extras(text: str) -> str:
@@ -777,8 +777,6 @@ def _symbol_classes(machines: list[_Rule]) -> list[tuple[int, list[int]]]:
 
 
 def _minimised(transitions: np.ndarray, final: np.ndarray) -> Segmentation:
-    from automata import DFA
-
     labels = Alphabet("labels", tuple(str(i) for i in range(transitions.shape[1])))
     dfa = DFA(transitions, final, 0, labels).minimise()  # trimmed, start renumbered to 0
     return Segmentation(np.ascontiguousarray(dfa.transitions), dfa.accepting.copy())

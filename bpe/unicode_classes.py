@@ -36,6 +36,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
+import tokenizers
+from tokenizers import PreTokenizedString, Regex, normalizers, pre_tokenizers
 
 __all__ = ["class_bits", "pre_tokenizer_class", "rewritten_by", "unicode_source"]
 
@@ -50,8 +52,6 @@ BLOCK = 64  # code points probed together in the first pass of ``rewritten_by``
 def unicode_source() -> str:
     """What the class tables come from: the installed ``tokenizers`` version (its build pins the Oniguruma and
     the Rust whose Unicode tables are read here)."""
-    import tokenizers
-
     return f"tokenizers {tokenizers.__version__}"
 
 
@@ -74,8 +74,6 @@ def pre_tokenizer_class(kind: str) -> str:
     ``Punctuation`` pre-tokenizer (``kind``) splits on. Run over every code point in its contiguous form, the
     pre-tokenizer cuts the text into runs of members and runs of the others, alternately; the runs holding a
     character that is a member in every Unicode (``0``, ``!``) are the members'."""
-    from tokenizers import PreTokenizedString, pre_tokenizers
-
     splitter, member = {"Digits": (pre_tokenizers.Digits(individual_digits=False), "0"),
                         "Punctuation": (pre_tokenizers.Punctuation("contiguous"), "!")}[kind]
     pretokenized = PreTokenizedString(_text(_every_code_point()))
@@ -107,8 +105,6 @@ def rewritten_by(normalizer: str) -> np.ndarray:
     The separator confines each normalisation to its own block or character; that it comes back unchanged, and
     once per block, is checked (it is itself left False). The first pass costs nearly all of the ~0.2 s: the
     second reads 4k (Lowercase, NFC) to 23k (NFKD) characters."""
-    from tokenizers import normalizers
-
     normalize = getattr(normalizers, normalizer)().normalize_str
     if normalize(SEPARATOR) != SEPARATOR:
         raise RuntimeError(f"the runtime's {normalizer} changes the probe's separator U+{ord(SEPARATOR):04X}")
@@ -147,7 +143,5 @@ def _text(code_points: np.ndarray) -> str:
 
 def _members(text: str, escapes: str) -> np.ndarray:
     """The code points of ``text`` that the runtime's regex ``[escapes]`` matches, in order (uint32)."""
-    from tokenizers import Regex, normalizers
-
     kept = normalizers.Replace(Regex(f"[^{escapes}]+"), "").normalize_str(text)
     return np.frombuffer(kept.encode("utf-32-le"), dtype=np.uint32)

@@ -6,7 +6,7 @@ from tokenizers import Tokenizer as HFTokenizer
 
 from bpe import load_tokenizer
 from bpe.assets import asset_path
-from bpe.loaders import _gpt2_files_to_json
+from bpe.loaders import gpt2_files_to_json
 
 # o200k's pre-tokenizer regex, as its tokenizer.json writes it.
 O200K_PATTERN = (
@@ -23,7 +23,7 @@ def runtime_pieces(pre, text: str) -> list[str] | None:
 
 
 def gpt2_json() -> dict:
-    return _gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))
+    return gpt2_files_to_json(asset_path("gpt2/encoder.json"), asset_path("gpt2/vocab.bpe"))
 
 
 def load_pair(data: dict, tmp_path, name: str = "tokenizer.json"):

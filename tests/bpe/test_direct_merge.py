@@ -90,12 +90,12 @@ def test_direct_merge_fires_llama3_late_merges_like_the_runtime():
 
     import numpy as np
 
-    from bpe.canonical import _derivations, _pair_ranks
+    from bpe.canonical import derivations, pair_ranks
 
     model, runtime = model_of("llama3"), runtime_of("llama3")
     table, V = model.merge_table, model.vocab_size
-    pairs, first = _pair_ranks(table, V)
-    d = _derivations(table, V, model.base_token_ids, pairs, first)
+    pairs, first = pair_ranks(table, V)
+    d = derivations(table, V, model.base_token_ids, pairs, first)
     made = np.flatnonzero(d.produced & (d.left >= 0))
     own_rank = first[np.searchsorted(pairs, d.left[made] * V + d.right[made])]
     late = made[d.completed_at[made] > own_rank]

@@ -96,12 +96,12 @@ def test_llama3_pairs_equal_the_runtime_where_merges_fire_out_of_rank_order():
     later-ranked merge builds its operand. For every such merge (e, f), pairs (t1, t2) where e is on t1's
     right edge and f on t2's left edge (plus random pairs) get the runtime's verdict: its BPE model applied to
     the two tokens' text gives [t1, t2] exactly when t2 may follow t1."""
-    from bpe.canonical import _derivations, _pair_ranks
+    from bpe.canonical import derivations, pair_ranks
 
     model, runtime = model_of("llama3"), runtime_of("llama3")
     ma = build_merge_automaton(model.merge_table, model.vocab_size, model.base_token_ids)
-    derivation = _derivations(model.merge_table, model.vocab_size, model.base_token_ids,
-                              *_pair_ranks(model.merge_table, model.vocab_size))
+    derivation = derivations(model.merge_table, model.vocab_size, model.base_token_ids,
+                              *pair_ranks(model.merge_table, model.vocab_size))
     left, right, clock = derivation.left.tolist(), derivation.right.tolist(), derivation.completed_at
     regular = np.flatnonzero(ma.produced).tolist()
     ending_with: dict[int, list[int]] = {}  # e -> tokens whose right edge passes through e

@@ -17,13 +17,23 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from tokenizers import Regex
+from tokenizers import Regex, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, pre_tokenizers
 
 from bpe import MissingEOSError, SplitRule, TokenizerError, UnsupportedTokenizerError, compile_tokenizer, load_tokenizer
-from bpe.assets import ASSETS, GGUF_BPE_VOCABS, GGUF_SPM_VOCABS, LARGE_TOKENIZERS, NATIVE_TOKENIZERS, TEXT_SAMPLES, asset_path, native_runtime, reference_runtime, tokenizer_source
-from bpe.loaders import _GGUF_PRE_TOKENIZERS, to_runtime_tokenizer
+from bpe.assets import (
+    ASSETS,
+    GGUF_BPE_VOCABS,
+    GGUF_SPM_VOCABS,
+    LARGE_TOKENIZERS,
+    NATIVE_TOKENIZERS,
+    TEXT_SAMPLES,
+    asset_path,
+    native_runtime,
+    reference_runtime,
+    tokenizer_source,
+)
+from bpe.loaders import GGUF_PRE_TOKENIZERS, to_runtime_tokenizer
 from bpe.model import GPT2_PATTERN
 from bpe.pretokenizer import build_segmentation
 from bpe.unicode_classes import pre_tokenizer_class
@@ -638,7 +648,7 @@ _MIXED_SCRIPT_TEXTS = [
 def test_deepseek_boundaries_equal_the_runtime_at_the_edges_of_every_named_range(name):
     """The symbols split the categories at every end of every non-ASCII range the regexes write: strings of the
     characters at and beside those ends (and whitespace, for deepseek-llm's final $) get the runtime's pieces."""
-    rules = _GGUF_PRE_TOKENIZERS[name][0]
+    rules = GGUF_PRE_TOKENIZERS[name][0]
     segmentation = _segmentation(rules)
     pre = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(rule.pattern), "isolated") for rule in rules])
     ends = {ord(c) for rule in rules for pair in re.findall(r"([^\\])-([^\]])", rule.pattern) for c in pair}

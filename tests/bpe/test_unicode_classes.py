@@ -13,16 +13,15 @@ import unicodedata
 
 import numpy as np
 import pytest
-from tokenizers import Regex
+from tokenizers import Regex, models, normalizers, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
-from tokenizers import models, normalizers, pre_tokenizers
 
 from bpe import SplitRule, compile_tokenizer, load_tokenizer
 from bpe import automaton as automaton_module
-from bpe.pretokenizer import _CLASSES, build_segmentation, symbol_alphabet
+from bpe.pretokenizer import CLASSES, build_segmentation, symbol_alphabet
 from bpe.unicode_classes import class_bits
-from tests.support import automaton_of, model_of, runtime_of
 from tests.bpe.forms import O200K_PATTERN, gpt2_json, load_pair, runtime_pieces
+from tests.support import automaton_of, model_of, runtime_of
 
 # Assigned after Unicode 14, with the classes the runtime puts them in: letters of every case class but Lt (no
 # titlecase letter has been added since), marks, numbers, punctuation, and two symbols (in no class).
@@ -61,15 +60,15 @@ def test_the_probed_classes_are_the_runtime_split_s_on_code_points_of_every_plan
     """For every class a pattern may use, the probed table (and the symbols the automaton reads) say what the
     runtime's Split pre-tokenizer says, on code points drawn from all 17 planes, from every class's members,
     and on the newer characters."""
-    bits = class_bits(_CLASSES)
+    bits = class_bits(CLASSES)
     alphabet = symbol_alphabet()
     rng = np.random.default_rng(14)
     sample = np.concatenate([rng.integers(plane << 16, (plane + 1) << 16, 300) for plane in range(17)]
-                            + [rng.choice(np.flatnonzero(bits & (1 << k)), 200) for k in range(len(_CLASSES))]
+                            + [rng.choice(np.flatnonzero(bits & (1 << k)), 200) for k in range(len(CLASSES))]
                             + [np.arange(128), [ord(c) for c in NEWER_CHARACTERS]])
     sample = sample[(sample < 0xD800) | (sample >= 0xE000)]  # no text holds a surrogate
     text = "".join(map(chr, sample.tolist()))
-    for k, key in enumerate(_CLASSES):
+    for k, key in enumerate(CLASSES):
         kept = pre_tokenizers.Split(Regex(key), "removed").pre_tokenize_str(text)  # drops the class's members
         in_runtime = np.ones(len(sample), dtype=bool)
         for _, (start, end) in kept:
@@ -81,7 +80,7 @@ def test_the_probed_classes_are_the_runtime_split_s_on_code_points_of_every_plan
                       for s in alphabet.table[sample[non_ascii]]]
         assert np.array_equal(in_symbols, in_runtime[non_ascii]), key
     for c, classes in NEWER_CHARACTERS.items():
-        assert tuple(key for k, key in enumerate(_CLASSES) if bits[ord(c)] >> k & 1) == classes, hex(ord(c))
+        assert tuple(key for k, key in enumerate(CLASSES) if bits[ord(c)] >> k & 1) == classes, hex(ord(c))
 
 
 @pytest.mark.parametrize("name", ["gpt2", "llama3", "o200k_pattern"])
@@ -170,7 +169,7 @@ def test_the_characters_a_normaliser_excludes_are_those_the_runtime_s_rewrites(n
     changes alone, on code points drawn from all 17 planes, on the excluded ones, and on those where Python's
     tables say otherwise."""
     model = dataclasses.replace(model_of("gpt2"), normalizer=((NORMALISERS[normalizer],),))
-    excluded = automaton_module._excluded_code_points(model)
+    excluded = automaton_module.excluded_code_points(model)
     normalize = getattr(normalizers, normalizer)().normalize_str
     rng = np.random.default_rng(16)
     sample = np.concatenate([rng.integers(plane << 16, (plane + 1) << 16, 300) for plane in range(17)]
