@@ -23,9 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from automata import StateLimitError, from_regex  # noqa: E402
 from bpe.assets import tokenizer_source  # noqa: E402
 from bpe.automaton import compile_tokenizer  # noqa: E402
-from product import compile_regex  # noqa: E402
-from product.guide import Guide, vocabulary_trie  # noqa: E402
-from product.token_regex import TokenTransitions  # noqa: E402
+from product import Guide, TokenTransitions, compile_regex  # noqa: E402
+from product.compiler.tables import vocabulary_trie  # noqa: E402
 
 CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
 PATTERNS = {

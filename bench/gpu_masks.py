@@ -39,7 +39,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bpe import compile_tokenizer  # noqa: E402
 from bpe.assets import reference_runtime, tokenizer_source  # noqa: E402
-from product import Matcher, _mask_kernel, apply_bitmask, compile_regex, fill_next_token_bitmasks  # noqa: E402
+from product import Matcher, apply_bitmask, compile_regex, fill_next_token_bitmasks  # noqa: E402
+from product.runtime.kernels import device as _mask_kernel  # noqa: E402
 
 PATTERN = r'\{"name": "[^"\\\x00-\x1f]*", "age": [0-9]{1,3}, "city": "[^"\\\x00-\x1f]*"\}'
 INSTANCE = '{"name": "Renée O\'Neil", "age": 102, "city": "New York City"}'

@@ -6,12 +6,20 @@ Public: ``compile_regex``, ``Guide``, ``TokenTransitions``, ``InvalidTokenError`
 transformers take ~3 s to import, which mask-only users need not pay); for the schema layer above (``vegas``):
 ``compile_stitched``, ``StitchedGuide``, ``StitchError``, ``FragmentTooLongError``, ``PLACEHOLDERS``,
 ``FragmentStore``, ``default_library_dir``.
+
+Layout: ``product.compiler`` builds a guide's tables (token transitions, product nodes, liveness, rows, counted
+transitions, skeleton cuts) and never imports ``product.runtime``, which serves masks from them (``Guide``,
+``Matcher``, the mask cache, the compiled kernels on CPU and device, generation). Above both: ``product.compile``
+(``compile_regex``: counted or plain), ``product.counted`` (``CountedGuide``), ``product.stitched``
+(``compile_stitched``: fragments compiled, reused and linked) and ``product.library`` (fragments on disk).
 """
 
-from product.guide import Guide, InvalidTokenError, compile_regex
-from product.matcher import Matcher, RollbackError, allocate_token_bitmask, fill_next_token_bitmasks
-from product.token_regex import TokenTransitions
+from product.compile import compile_regex
+from product.compiler.tables import InvalidTokenError
+from product.compiler.token_regex import TokenTransitions
 from product.library import FragmentStore, default_library_dir
+from product.runtime.guide import Guide
+from product.runtime.matcher import Matcher, RollbackError, allocate_token_bitmask, fill_next_token_bitmasks
 from product.stitched import PLACEHOLDERS, FragmentTooLongError, StitchedGuide, StitchError, compile_stitched
 
 __all__ = ["compile_regex", "Guide", "TokenTransitions", "InvalidTokenError", "apply_bitmask", "LogitsProcessor",
@@ -24,11 +32,11 @@ _TORCH_API = ("apply_bitmask", "LogitsProcessor", "generate", "Generation")
 
 def __getattr__(name: str):
     if name == "apply_bitmask":  # torch only: engines applying masks need not import transformers
-        from product._mask_kernel import apply_bitmask
+        from product.runtime.kernels.device import apply_bitmask  # deferred: imports torch
 
         return apply_bitmask
     if name in _TORCH_API:
-        from product import generation
+        from product.runtime import generation  # deferred: imports torch and transformers (~3 s)
 
         return getattr(generation, name)
     raise AttributeError(f"module 'product' has no attribute {name!r}")

@@ -25,8 +25,11 @@ from pathlib import Path
 import numpy as np
 
 from bpe.automaton import CanonicalAutomaton
+from bpe.storage import cache_dir
+from product.compiler.tables import per_automaton
 from product.counted import CountedGuide
-from product.guide import Guide, _per_automaton
+from product.runtime.guide import Guide
+from product.stitched import Fragment
 
 __all__ = ["FragmentStore", "default_library_dir"]
 
@@ -41,13 +44,11 @@ def default_library_dir() -> Path:
 @functools.lru_cache(maxsize=8)
 def _library_dir(cache_root: str | None, home: str | None) -> Path:
     """(Per environment: building the path costs ~80 µs here, 3 % of a warm schema compile.)"""
-    from bpe.assets import cache_dir
-
     return cache_dir() / "fragments"
 
 
 def _automaton_digest(canonical: CanonicalAutomaton) -> str:
-    return _per_automaton(canonical, "digest", lambda: canonical._digest("fragments"))
+    return per_automaton(canonical, "digest", lambda: canonical._digest("fragments"))
 
 
 class FragmentStore:
@@ -80,7 +81,6 @@ class FragmentStore:
     def load(self, canonical: CanonicalAutomaton, regex: str, entry_context: int, dead_exits: frozenset,
              canonical_only: bool, eos: tuple[int, ...]):
         """The stored fragment, or None (absent, or rejected: not trusted, to be compiled again)."""
-        from product.stitched import Fragment
 
         key_text = self._key_text(regex, entry_context, dead_exits, canonical_only, eos)
         path = self._path(canonical, key_text)

@@ -9,11 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from automata import from_regex
-from product import compile_regex
-from product import counted
+from product import Guide, TokenTransitions, compile_regex
+from product.compiler import counted
+from product.compiler.tables import vocabulary_trie
 from product.counted import CountedGuide
-from product.guide import Guide, vocabulary_trie
-from product.token_regex import TokenTransitions
 from tests.support import automaton_of, runtime_of, runtime_trie
 
 JSON_CHAR = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
@@ -170,8 +169,20 @@ def test_walks_to_the_bound_end_in_the_closing_quote():
 
 @pytest.mark.parametrize("pattern", [r"a{0,9}a*", r"(a{0,9})*b", r"(\d{1,2}, ){0,9}\d", r"(?i)[a-c]{0,9}", r".{0,9}", r"a{0,3}"])
 def test_what_is_not_compressed_compiles_unrolled(pattern):
-    guide = compile_regex(pattern, automaton_of("gpt2"))
+    """The fallback is the plain construction itself: a ``Guide`` (no counter) whose masks and acceptance equal
+    those of the guide built directly from the pattern's token transitions, along walks over short and long tokens,
+    and whose states stay plain (below nodes x merge classes: no count beside them)."""
+    automaton = automaton_of("gpt2")
+    automaton_of_cache["lengths"] = np.array([len(b) if b else 0 for b in automaton.token_bytes])
+    guide = compile_regex(pattern, automaton)
     assert type(guide) is Guide  # e.g. "a{0,9}a*": whether an "a" starts an iteration is not decided by the text
+    unrolled = _unrolled(pattern, automaton)
+    assert guide.num_nodes == unrolled.num_nodes
+    rng = np.random.default_rng(3)
+    compared = _walk_pairs(guide, unrolled, rng, 60, prefer_short=False)
+    compared += _walk_pairs(guide, unrolled, rng, 60, prefer_short=True)
+    assert compared >= 3
+    assert guide._num_states == guide.num_nodes * guide._M
 
 
 def test_bad_states_are_refused():

@@ -16,9 +16,8 @@ from hypothesis import strategies as st
 from automata import Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
 from bpe import DisallowedTokenError, direct_merge
 from product import InvalidTokenError, compile_regex
-from product.guide import Guide
+from product.runtime.guide import Guide
 from tests.support import automaton_of, model_of, runtime_of, runtime_trie
-
 
 FINITE_PATTERNS = [
     r" William| Theodore",
@@ -434,9 +433,9 @@ def test_a_batch_of_more_new_states_than_the_cache_has_room_for_grows_it(threads
 @pytest.mark.parametrize("batch", [1, 3])
 def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch, monkeypatch):
     """``fill_bitmask`` computes masks that are not cached outside the guide's lock — one state (``_fill_at``) or a
-    batch (``product.forbidden.batch_compute``) — so while one thread computes, another fills a cached mask and
+    batch (``product.runtime.kernels.cpu.batch_compute``) — so while one thread computes, another fills a cached mask and
     advances (with the lock held for the whole computation, it would wait)."""
-    import product.guide
+    import product.runtime.guide
 
     automaton = automaton_of("gpt2")
     guide = compile_regex(r"[a-z]{1,6}( [a-z]{1,6}){0,4}\.", automaton)
@@ -448,7 +447,7 @@ def test_a_mask_being_computed_does_not_hold_the_cache_lock(batch, monkeypatch):
         guide._cache.clear()
     guide.fill_bitmask([first], np.zeros((1, guide.num_words), dtype=np.uint32))  # cached: first only
     computing, release = threading.Event(), threading.Event()
-    owner, name = (guide, "_fill_at") if batch == 1 else (product.guide, "batch_compute")
+    owner, name = (guide, "_fill_at") if batch == 1 else (product.runtime.guide, "batch_compute")
     compute = getattr(owner, name)
 
     def slow_compute(*args):
@@ -481,8 +480,8 @@ def test_token_transitions_by_every_walk_are_equal(pattern, monkeypatch):
     """Token rows come from one of three walks — the byte trie per state, the trie of byte-class sequences per
     state, or per (first-symbol subtree, state entered) segment, alone or over the class trie — chosen by the
     DFA's shape: all give the same rows."""
-    from product import token_regex
-    from product.guide import vocabulary_trie
+    from product.compiler import token_regex
+    from product.compiler.tables import vocabulary_trie
 
     trie, dfa = vocabulary_trie(automaton_of("gpt2")), from_regex(pattern)
     monkeypatch.setattr(token_regex, "_GROUPING_MAX_CLASSES", 256)
@@ -504,8 +503,8 @@ def test_token_transitions_are_the_dfa_run_over_each_tokens_bytes(name):
     """delta(q, t) is the state reached by running t's bytes from q (or none): checked for every state on a
     sample of the vocabulary that includes every token of at most two bytes (unfinished UTF-8 characters among
     them) and random longer ones. The rows outgrow the walk's first arrays, so it resumes in larger ones."""
-    from product import token_regex
-    from product.guide import vocabulary_trie
+    from product.compiler import token_regex
+    from product.compiler.tables import vocabulary_trie
 
     automaton = automaton_of(name)
     dfa = from_regex(r'\{"k": "[^"\\\x00-\x1f]*", "n": [0-9]{1,3}\}|[a-zé ]{1,30}')
@@ -603,13 +602,22 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets(monkeypatch):
     """Masks read F[mc] through the compiled kernels: packed once for the largest classes (Llama-3 has classes
     forbidding most of the vocabulary, among them the whole-piece class that forbids everything), walked
     interval by interval for the others, or tested token by token for short rows."""
-    from product import forbidden
-    from product.forbidden import (BATCH_DESCRIPTORS, BATCH_EOS, BATCH_FIELDS, BATCH_FORBIDDEN, BATCH_M, BATCH_NUM_EOS,
-                                   COMPUTE, DENSE_MIN, ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, batch_compute, pack,
-                                   row_descriptor)
-    from product.guide import _forbidden_index
+    from product.compiler.forbidden import DENSE_MIN, ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
+    from product.compiler.tables import _forbidden_index
+    from product.runtime.kernels import cpu
+    from product.runtime.kernels.cpu import (
+        BATCH_DESCRIPTORS,
+        BATCH_EOS,
+        BATCH_FIELDS,
+        BATCH_FORBIDDEN,
+        BATCH_M,
+        BATCH_NUM_EOS,
+        COMPUTE,
+        batch_compute,
+        fill_mask,
+    )
 
-    monkeypatch.setattr(forbidden, "PARALLEL_MIN_ROWS", 2)  # the parallel kernel on a few rows
+    monkeypatch.setattr(cpu, "PARALLEL_MIN_ROWS", 2)  # the parallel kernel on a few rows
 
     automaton = automaton_of("llama3")
     index = _forbidden_index(automaton)
@@ -650,7 +658,7 @@ def test_forbidden_sets_in_masks_equal_the_automaton_sets(monkeypatch):
                           np.full(4, COMPUTE, dtype=np.int64), 4, threads)
         for k, row in enumerate((5, 0, 2, 3)):
             words = np.full(num_words, 0xDEADBEEF, dtype=np.uint32)
-            index.fill_mask(words, address(k), mc, eos)
+            fill_mask(words, index.table, address(k), mc, eos)
             assert np.array_equal(words, batches[0, row]) and np.array_equal(words, batches[1, row])
             bits = np.unpackbits(words.view(np.uint8), bitorder="little")
             assert not bits[V:].any()
@@ -663,8 +671,8 @@ def test_dead_classes_equal_the_automaton_sets():
     first counter-example, reads packed classes bit by bit and unpacks the others for a long Y. Checked against
     the automaton's own sets, for Y drawn from inside one class's set (so some classes are dead) and for Z empty
     or not."""
-    from product.forbidden import _UNPACK_MIN
-    from product.guide import _forbidden_index
+    from product.compiler.forbidden import _UNPACK_MIN
+    from product.compiler.tables import _forbidden_index
 
     automaton = automaton_of("llama3")
     index = _forbidden_index(automaton)
@@ -690,8 +698,8 @@ def test_dead_classes_equal_the_automaton_sets():
 def test_dead_classes_in_parallel_threads():
     """Guides of one tokenizer compile in parallel: the dead-class kernel unpacks classes into a scratch row,
     which each thread must have to itself (a shared one corrupts the answers)."""
-    from product.forbidden import _UNPACK_MIN
-    from product.guide import _forbidden_index
+    from product.compiler.forbidden import _UNPACK_MIN
+    from product.compiler.tables import _forbidden_index
 
     automaton = automaton_of("llama3")
     index = _forbidden_index(automaton)
@@ -717,7 +725,7 @@ def test_dead_classes_over_every_class_equal_the_probes():
     """Over every class (a wide node's candidates), a few tokens are answered for all classes from the index of
     intervals by block of positions and the rest probed; the per-class probes alone (checked against the
     automaton's sets above) must give the same classes."""
-    from product.guide import _forbidden_index
+    from product.compiler.tables import _forbidden_index
 
     index = _forbidden_index(automaton_of("llama3"))
     every = np.arange(index.num_merge_classes, dtype=np.int64)
@@ -746,9 +754,9 @@ def test_token_groups_move_alike_in_every_open_context(name):
     """A node's edges are token groups of its regex state's row: the groups partition the row, and every token
     of a group reaches the group's target state and has the same context after it, in every open context, both
     ways (inside the piece and across a boundary)."""
-    from product import token_regex
-    from product.guide import _token_signatures, vocabulary_trie
-    from product.node_kernels import group_row
+    from product.compiler import token_regex
+    from product.compiler.node_kernels import group_row
+    from product.compiler.tables import _token_signatures, vocabulary_trie
 
     automaton = automaton_of(name)
     signature, inside_of, boundary_of = _token_signatures(automaton)
@@ -785,7 +793,7 @@ def test_a_compiled_tokenizer_is_freed_with_its_guides():
 
 
 def test_node_table_numbers_keys_in_first_seen_order_across_growth():
-    from product.node_kernels import NodeTable
+    from product.compiler.node_kernels import NodeTable
 
     rng = np.random.default_rng(2)
     table, numbering = NodeTable(), {}
@@ -806,7 +814,7 @@ def test_equal_pending_rows_are_stored_once_and_read_back_unchanged(rows):
     """A compiled guide keeps equal pending rows once (``_share_equal_rows``): every row reads back as it was, and
     the table holds each distinct row exactly once."""
     from automata.dfa import row_bounds
-    from product.guide import _share_equal_rows
+    from product.compiler.tables import _share_equal_rows
 
     tokens = np.array([t for row in rows for t in row], dtype=np.int32)
     bounds = row_bounds(np.array([len(row) for row in rows], dtype=np.int64))

@@ -5,7 +5,7 @@ from collections import OrderedDict
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from product._mask_cache import MaskCache
+from product.runtime.mask_cache import MaskCache
 
 _OPERATIONS = st.lists(st.tuples(st.sampled_from(["lookup", "take", "get", "clear", "reserve"]),
                                  st.one_of(st.integers(0, 40), st.integers(0, 2**62))), max_size=300)

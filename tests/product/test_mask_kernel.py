@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from product import _mask_kernel, apply_bitmask
+from product import apply_bitmask
+from product.runtime.kernels import device as _mask_kernel
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}

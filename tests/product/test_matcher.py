@@ -11,8 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bpe import DisallowedTokenError
-from product import (InvalidTokenError, Matcher, RollbackError, allocate_token_bitmask, compile_regex,
-                     fill_next_token_bitmasks)
+from product import (
+    InvalidTokenError,
+    Matcher,
+    RollbackError,
+    allocate_token_bitmask,
+    compile_regex,
+    fill_next_token_bitmasks,
+)
 from tests.support import automaton_of, runtime_of
 
 PATTERN = r'\{"answer": "(yes|no|maybe)", "why": "[a-z ]{0,20}", "n": [0-9]{1,3}\}'
@@ -215,7 +221,7 @@ def test_large_batches_over_small_caches_equal_per_row_masks():
     guide with a counted fragment have masks the kernels do not compute. Every row is still its state's mask, filled
     or copied, and every cached slot holds its own state's mask."""
     import vegas
-    from product.forbidden import PARALLEL_MIN_ROWS
+    from product.runtime.kernels.cpu import PARALLEL_MIN_ROWS
 
     automaton = automaton_of("gpt2")
     schema = {"type": "object", "properties": {"name": {"type": "string", "maxLength": 200}, "n": {"type": "integer"}},

@@ -12,10 +12,10 @@ import pytest
 
 import product
 import vegas
-from product.stitched import (PLACEHOLDERS, StitchedGuide, _inner_pairs, _Skeleton, compile_stitched,
-                              fragment_library)
-from tests.support import automaton_of, runtime_of
+from product.compiler.skeleton import Skeleton, _inner_pairs
+from product.stitched import PLACEHOLDERS, StitchedGuide, compile_stitched, fragment_library
 from tests.schema_cases import SCHEMAS, VALID
+from tests.support import automaton_of, runtime_of
 from vegas.schema import TOP, Compiler, load_schema
 
 # schemas whose skeletons branch on overlapping leaves (number | integer in oneOf branches sharing a key), with
@@ -97,7 +97,7 @@ def test_cut_states_are_where_no_token_spans_the_two_bytes():
         assert pairs[x[0], y[0]] == any(x + y in b for b in spelled)
 
 
-def _state_after(skeleton: _Skeleton, text: str) -> int | None:
+def _state_after(skeleton: Skeleton, text: str) -> int | None:
     """The skeleton's state after ``text`` (literal characters), along its edges' labels (a label may read a run
     of characters); None where ``text`` ends inside such a run, where the skeleton has no state."""
     q, rest = skeleton.start, text
@@ -116,17 +116,17 @@ def _state_after(skeleton: _Skeleton, text: str) -> int | None:
 def test_literal_runs_keep_every_cut_of_the_character_dfa(name, monkeypatch):
     """The skeleton's DFA reads runs of literals that no cut can split as one character: it has fewer states,
     and every position of a text where the character-level DFA is at a cut state is still cut."""
-    import product.stitched as stitched
+    import product.compiler.skeleton as cutting
 
     canonical = automaton_of(name)
     pattern = r'\{"a": 1(, "bb": true)?(, "c": \[1(, 2)*\])?, "d": \{"e": null\}\}'
     texts = ['{"a": 1, "d": {"e": null}}', '{"a": 1, "bb": true, "c": [1, 2, 2], "d": {"e": null}}']
     # (all literal: every cut would be dropped as one fragment's; the cuts themselves are compared here)
-    monkeypatch.setattr(stitched, "_literal_cuts_dropped", lambda cut, *_: cut)
-    with_runs = _Skeleton(pattern, {}, canonical, 10_000)
-    original = stitched._skeleton_dfa
-    monkeypatch.setattr(stitched, "_skeleton_dfa", lambda p, pairs, m: original(p, None, m))
-    by_character = _Skeleton(pattern, {}, canonical, 10_000)
+    monkeypatch.setattr(cutting, "_literal_cuts_dropped", lambda cut, *_: cut)
+    with_runs = Skeleton(pattern, {}, canonical, 10_000)
+    original = cutting._skeleton_dfa
+    monkeypatch.setattr(cutting, "_skeleton_dfa", lambda p, pairs, m: original(p, None, m))
+    by_character = Skeleton(pattern, {}, canonical, 10_000)
     assert len(with_runs.cut) < len(by_character.cut)
 
     def cuts(skeleton, text):
@@ -142,15 +142,16 @@ def test_cuts_between_literal_pieces_are_not_made(name, monkeypatch):
     """A cut state with only literal text between it and the cuts on either side is dropped (the key
     ``"customer_name":`` one fragment, not three); cuts next to a leaf stay. The guide is the same language either
     way: its masks match the whole regex's along the walks."""
+    import product.compiler.skeleton as cutting
     import product.stitched as stitched
 
     canonical = automaton_of(name)
     leaf = chr(PLACEHOLDERS[0])
     pattern = r'\{"customer_name": ' + leaf + r', "order_items": \[\]\}'
     leaves = {leaf: '"[a-z]*"'}
-    dropped = _Skeleton(pattern, leaves, canonical, 10_000)
-    monkeypatch.setattr(stitched, "_literal_cuts_dropped", lambda cut, *_: cut)
-    every = _Skeleton(pattern, leaves, canonical, 10_000)
+    dropped = Skeleton(pattern, leaves, canonical, 10_000)
+    monkeypatch.setattr(cutting, "_literal_cuts_dropped", lambda cut, *_: cut)
+    every = Skeleton(pattern, leaves, canonical, 10_000)
     assert sum(dropped.cut) < sum(every.cut)
     # the cuts kept are those before the leaf's fragment: a state whose next edge reads a leaf's text, or after it
     kept = [q for q, c in enumerate(dropped.cut) if c]
@@ -168,17 +169,17 @@ def test_yaml_lines_are_cut_where_no_token_holding_their_bytes_fits(monkeypatch)
     byte pairs alone cut no YAML line there. Laid across the text around each position, none fits after a line
     break, nor across the last space of an indentation (the pieces are "\n", "   ", " b"); a run of spaces fits
     across the first of four (the piece "   " holds it), which stays uncut."""
-    import product.stitched as stitched
+    import product.compiler.skeleton as cutting
 
     # (all literal: every cut would be dropped as one fragment's; the cuts themselves are compared here)
-    monkeypatch.setattr(stitched, "_literal_cuts_dropped", lambda cut, *_: cut)
+    monkeypatch.setattr(cutting, "_literal_cuts_dropped", lambda cut, *_: cut)
     canonical = automaton_of("llama3")
     pairs = _inner_pairs(canonical)
     assert pairs[ord("\n"), ord(" ")] and pairs[ord(" "), ord(" ")]
-    plain = _Skeleton("a:\n  b: 1", {}, canonical, 10_000)  # the byte pairs' cuts alone
+    plain = Skeleton("a:\n  b: 1", {}, canonical, 10_000)  # the byte pairs' cuts alone
     after_line = _state_after(plain, "a:\n")
     assert after_line is None or not plain.cut[after_line]
-    skeleton = _Skeleton("a:\n  b:\n    c: 1\n  d: 2\ne: 3", {}, canonical, 10_000, fine_cuts=True)
+    skeleton = Skeleton("a:\n  b:\n    c: 1\n  d: 2\ne: 3", {}, canonical, 10_000, fine_cuts=True)
     cut = {text: bool(skeleton.cut[_state_after(skeleton, text)])
            for text in ("a:\n", "a:\n ", "a:\n  b:\n", "a:\n  b:\n ", "a:\n  b:\n   ", "a:\n  b:\n    c:")}
     assert cut == {"a:\n": True, "a:\n ": True, "a:\n  b:\n": True, "a:\n  b:\n ": False,

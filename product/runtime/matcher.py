@@ -28,7 +28,7 @@ import numpy as np
 
 from automata.errors import CanonmergeError
 from bpe.automaton import DisallowedTokenError
-from product.guide import Guide, _fill_batch
+from product.runtime.guide import Guide, fill_batch
 
 __all__ = ["Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks"]
 
@@ -255,9 +255,9 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
 
     The rows of matchers on regex guides (whatever the guide) are filled together, by three compiled calls:
     cached masks copied, new ones computed, new ones kept in their guides' caches
-    (``product.forbidden``'s batch kernels); those of counted and schema guides by each guide's ``fill_bitmask``.
+    (the batch kernels of ``product.runtime.kernels.cpu``); those of counted and schema guides by each guide's ``fill_bitmask``.
     The copies and computations are split over numba's threads when ``threads > 1`` (OpenMP or TBB; with neither,
-    one thread: ``product.forbidden.parallel_threads``) and release the GIL, so other Python threads (the model's
+    one thread: ``product.runtime.kernels.cpu.parallel_threads``) and release the GIL, so other Python threads (the model's
     forward pass) run meanwhile.
     """
     if not matchers:
@@ -304,4 +304,4 @@ def fill_next_token_bitmasks(matchers: Sequence[Matcher], bitmask, indices: Sequ
         owner_of = np.array(list(map(number.__getitem__, guides)), dtype=np.int64)
     states = np.array([m._state for m in matchers], dtype=np.int64)
     row_numbers = np.arange(len(matchers), dtype=np.int64) if indices is None else np.array(rows, dtype=np.int64)
-    _fill_batch(distinct, owner_of, states, row_numbers * words.strides[0] + _address(bitmask, words), threads)
+    fill_batch(distinct, owner_of, states, row_numbers * words.strides[0] + _address(bitmask, words), threads)

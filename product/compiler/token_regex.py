@@ -7,7 +7,7 @@ states x vocabulary. (The walk was level by level in numpy — expand the fronti
 triples, drop the dead — at a pass and a temporary per step per level: 21 ms for the JSON object on GPT-2, 1.8 ms
 compiled.)
 
-Leaves out: anything about canonical tokenizations (``product.guide`` intersects this with the canonical
+Leaves out: anything about canonical tokenizations (``product.compiler.tables`` intersects this with the canonical
 automaton) and special tokens (they have no bytes and are never walked).
 """
 
@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
-
 from numba import njit
 
-from automata.dfa import DFA, concat_aranges, find_sorted, row_bounds, unique_rows
+from automata.dfa import DFA, find_sorted, row_bounds, unique_rows
 from automata.errors import StateLimitError
 
 __all__ = ["VocabularyTrie", "TokenTransitions"]

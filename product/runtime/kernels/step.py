@@ -3,8 +3,8 @@
 A step reads a dozen arrays (the node's regex state and context, the regex's token row, the canonical
 automaton's moves and forbidden intervals, the cached mask row). In Python it was ~3 µs of memoryview reads,
 bisects and dict lookups, ~6 µs in a decoding loop; compiled it is a few dozen nanoseconds of work, and the
-arrays are handed over once, as one table of sizes and addresses (``StepTable``; see ``product._pointers``): five
-ints a call (~0.3 µs).
+arrays are handed over once, as one table of sizes and addresses (``StepTable``; see ``product.runtime.kernels.pointers``):
+five ints a call (~0.3 µs).
 
 The table holds raw addresses, so it keeps every array it points into alive (``StepTable.arrays``) and only
 points into arrays that never change after a guide is compiled. The mask rows live in slabs the guide adds as
@@ -19,8 +19,11 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from product._mask_cache import find as cache_find
-from product._pointers import int16_at as _i16, int32_at as _i32, int64_at as _i64, uint32_at as _u32
+from product.runtime.kernels.pointers import int16_at as _i16
+from product.runtime.kernels.pointers import int32_at as _i32
+from product.runtime.kernels.pointers import int64_at as _i64
+from product.runtime.kernels.pointers import uint32_at as _u32
+from product.runtime.mask_cache import find as cache_find
 
 __all__ = ["StepTable", "step", "BAD_STATE", "DISALLOWED", "UNCACHED", "INCONSISTENT"]
 
@@ -116,7 +119,7 @@ def step(table_address, state, token, cache_address, allowed):
     GIL released for a step that takes well under a microsecond.)
 
     Whether the token is allowed: bit ``token`` of the state's cached mask, if the mask cache at ``cache_address``
-    (``product._mask_cache``; 0: do not look) holds it, else ``allowed`` (0 or 1; -1: not known, answered
+    (``product.runtime.mask_cache``; 0: do not look) holds it, else ``allowed`` (0 or 1; -1: not known, answered
     ``UNCACHED``). EOS leaves the state as it is. Otherwise the regex moves by the
     token's edge from the node's state, the canonical context and merge class move as
     ``CanonicalAutomaton.class_after`` says for an allowed token, and the node (q', ctx') is looked up."""

@@ -2,9 +2,10 @@
 code reads and changes.
 
 A guide keeps the masks it computed in rows of preallocated slabs (slot ``s``: row ``s % slab_rows`` of slab
-``s // slab_rows``; ``product.guide``). This module is the index over them. It was an ``OrderedDict``; as an array,
-a batch of masks is looked up, evicted, computed and copied in one compiled call (``product.forbidden.fill_batch``)
-and ``advance``'s step reads its state's slot itself (``product._step_kernel``). With the dict, a batch of 64
+``s // slab_rows``; ``product.runtime.guide``). This module is the index over them. It was an ``OrderedDict``; as
+an array, a batch of masks is looked up, evicted, computed and copied in three compiled calls (the batch kernels
+``batch_copy``, ``batch_compute``, ``batch_keep`` of ``product.runtime.kernels.cpu``) and ``advance``'s step reads its
+state's slot itself (``product.runtime.kernels.step``). With the dict, a batch of 64
 masks spent ~1 µs of Python a row, and on two threads it was no faster than on one (bench/gpu_masks.py).
 
 The record (``MaskCache.record``, int64), at ``MaskCache.address``:
@@ -29,7 +30,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from product._pointers import int64_at
+from product.runtime.kernels.pointers import int64_at
 
 __all__ = ["MaskCache", "find", "holds", "lookup", "take"]
 

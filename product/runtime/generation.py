@@ -2,7 +2,7 @@
 
 The guide computes packed masks on the CPU (``Guide.fill_bitmask``: int32 words, bit ``t % 32`` of word
 ``t // 32``); here they are copied to the logits' device in one transfer per step and applied in one pass
-(``product._mask_kernel``: a Triton kernel on CUDA, a compiled loop on a CPU).
+(``product.runtime.kernels.device``: a Triton kernel on CUDA, a compiled loop on a CPU).
 
 ``generate`` drives a causal LM with a KV cache. Where the guide leaves exactly one choice (``forced_tokens``)
 the tokens are appended without asking the model; they are fed to the model together with the next sampled
@@ -22,8 +22,8 @@ import numpy as np
 import torch
 import transformers
 
-from product._mask_kernel import apply_bitmask
-from product.guide import Guide
+from product.runtime.guide import Guide
+from product.runtime.kernels.device import apply_bitmask
 
 __all__ = ["apply_bitmask", "LogitsProcessor", "generate", "Generation"]
 

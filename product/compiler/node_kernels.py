@@ -16,7 +16,7 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
   successors. ``pending_edges``, ``pending_links``: the edges (single tokens) of nodes inside an unfinished
   character; their distinct targets.
 - ``any_live_crossing``: whether row X is non-empty (then no merge class of the node is dead).
-- ``split_rows``: rows X, Y, Z of an open node (see ``product.guide``), testing each edge's targets for
+- ``split_rows``: rows X, Y, Z of an open node (see ``product.compiler.tables``), testing each edge's targets for
   liveness against their dead merge classes; a target with no partial liveness decides its whole group.
 - ``live_inside``: row Y of pending nodes (single-token edges, inside the piece only).
 - ``stale_predecessors``: the nodes the liveness fixpoint must compute again.
@@ -24,7 +24,7 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
 
 A pending node's edges are single tokens; ``entering_keys`` takes them as groups of one token.
 
-Leaves out: what X, Y, Z mean and how liveness is solved (``product.guide``); masks (``product.forbidden``).
+Leaves out: what X, Y, Z mean and how liveness is solved (``product.compiler.tables``); masks (``product.runtime.kernels.cpu``).
 """
 
 from __future__ import annotations
@@ -341,7 +341,7 @@ def stale_predecessors(changed, changed_at, computed_at, pred_bounds, pred_sourc
 @njit(**_KERNEL)
 def entering_keys(groups, targets, group_tokens, group_bounds, after_class, narrow, num_merge_classes):
     """``target * num_merge_classes + after_class[t]`` for the tokens t of each edge (group ``groups[j]`` going to
-    ``targets[j]``) whose target is a narrow node (see ``product.guide``: the merge classes that can enter it are
+    ``targets[j]``) whose target is a narrow node (see ``product.compiler.tables``: the merge classes that can enter it are
     its liveness candidates)."""
     n = 0
     for j in range(len(groups)):

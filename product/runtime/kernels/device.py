@@ -18,7 +18,11 @@ Three implementations of one operation, bit-identical (each writes the dtype's o
 ``apply_bitmask`` (public as ``product.apply_bitmask``; importing it needs torch, not transformers) validates
 everything before the first write and picks the implementation (``backend="auto"``).
 
-Leaves out: computing masks (``product.guide``), filling a batch (``product.matcher``); non-last-dimension masks.
+The ``cpu`` loop itself is compiled with the other numba kernels (``product.runtime.kernels.cpu.mask_logit_rows``);
+this module is the torch side: checks, dispatch, the torch and Triton kernels.
+
+Leaves out: computing masks (``product.runtime.guide``), filling a batch (``product.runtime.matcher``);
+non-last-dimension masks.
 """
 
 import operator
@@ -26,7 +30,8 @@ import os
 
 import numpy as np
 import torch
-from numba import njit
+
+from product.runtime.kernels.cpu import mask_logit_rows
 
 try:  # optional: CUDA builds of torch ship it; a CPU install usually lacks it
     import triton
@@ -131,45 +136,13 @@ def apply_bitmask(logits: torch.Tensor, bitmask: torch.Tensor, *, indices=None, 
     return logits
 
 
-# ---- cpu: a compiled loop over an integer view ------------------------------------------------------------------
-
-@njit(cache=True, nogil=True, boundscheck=False)
-def _mask_rows(out, words, rows, covered, neg_inf):
-    """out[r, c] = neg_inf for r in rows, c < covered with bit c clear, and covered <= c < width. Whole words
-    are decided at once (all set: skipped; all clear: a plain fill the compiler vectorises), mixed ones bit by
-    bit."""
-    width = out.shape[1]
-    full = np.uint32(0xFFFFFFFF)
-    for r in rows:
-        line, bits = out[r], words[r]
-        whole = covered >> 5
-        for w in range(whole):
-            x = bits[w]
-            base = w << 5
-            if x == full:
-                continue
-            if x == 0:
-                for c in range(base, base + 32):
-                    line[c] = neg_inf
-                continue
-            for j in range(32):  # branch-free: a select the compiler vectorises
-                keep = (x >> np.uint32(j)) & np.uint32(1)
-                line[base + j] = line[base + j] if keep else neg_inf
-        if covered & 31:
-            x = bits[whole]
-            base = whole << 5
-            for j in range(covered - base):
-                if not (x >> np.uint32(j)) & np.uint32(1):
-                    line[base + j] = neg_inf
-        for c in range(covered, width):
-            line[c] = neg_inf
-
+# ---- cpu: a compiled loop over an integer view (``kernels.cpu.mask_logit_rows``) --------------------------------
 
 def _apply_cpu(logits: torch.Tensor, bitmask: torch.Tensor, index: torch.Tensor | None, covered: int) -> None:
     out = logits.detach().view(_LOGIT_DTYPES[logits.dtype]).numpy()
     words = bitmask.numpy().view(np.uint32)
     rows = np.arange(len(out), dtype=np.int64) if index is None else index.numpy()
-    _mask_rows(out, words, rows, covered, _NEG_INF_BITS[logits.dtype])
+    mask_logit_rows(out, words, rows, covered, _NEG_INF_BITS[logits.dtype])
 
 
 # ---- torch: a byte table, one gather and masked_fill_ -----------------------------------------------------------

@@ -1,0 +1,50 @@
+"""``compile_regex``: which guide a regex compiles to — with a counter beside the state, or unrolled.
+
+A regex with a counted repetition ``x{m,n}`` (``n - m`` at least ``product.compiler.counted.MIN_COUNT``) is tried as a
+``CountedGuide`` first (``product.counted``: the loop compiled once, its iteration count carried in the state); where
+that construction does not apply, or no budget horizon passes its exactness check, the regex compiles to a plain
+``Guide`` over its token transitions (``product.compiler``), as every other regex does.
+
+Leaves out: the guides themselves (``product.runtime.guide``, ``product.counted``) and schemas, whose skeletons are
+cut into fragments (``product.stitched``).
+"""
+
+from __future__ import annotations
+
+from automata import from_regex
+from bpe.automaton import CanonicalAutomaton
+from product.compiler.tables import guide_eos, vocabulary_trie
+from product.compiler.token_regex import TokenTransitions
+from product.counted import compile_counted
+from product.runtime.guide import Guide
+
+__all__ = ["compile_regex"]
+
+
+def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
+                  max_states: int = 100_000, max_transitions: int = 50_000_000,
+                  cache_size: int = 4096, eos_token_ids: list[int] | None = None,
+                  name: str | None = None) -> "Guide":
+    """The guide of the strings ``re.fullmatch(pattern, ·)`` accepts, tokenized canonically for ``canonical``'s
+    tokenizer (or in any way, with ``canonical_only=False``), ended by ``eos_token_ids`` (default: the
+    tokenizer's EOS).
+
+    Errors: ``RegexError`` (syntax interegular cannot parse or does not support), ``EmptyLanguageError`` (no
+    string matches, or none has a tokenization over this vocabulary), ``StateLimitError`` (the regex DFA or the
+    product exceeds ``max_states`` nodes, or the token transitions exceed ``max_transitions`` entries),
+    ``bpe.MissingEOSError`` (no EOS known: pass ``eos_token_ids=``). ``name`` (default: the pattern) names the
+    guide in its errors.
+    """
+    guide_eos(canonical, eos_token_ids)  # before the expensive part
+    name = pattern if name is None else name
+    # counted repetitions: a counter beside the state, where that construction applies
+    counted = compile_counted(pattern, canonical, canonical_only=canonical_only, max_states=max_states,
+                              max_transitions=max_transitions, cache_size=cache_size, name=name,
+                              eos_token_ids=eos_token_ids)
+    if counted is not None:
+        return counted
+    dfa = from_regex(pattern, max_states=max_states)
+    transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
+    return Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states,
+                 cache_size=cache_size, name=name, eos_token_ids=eos_token_ids)
+

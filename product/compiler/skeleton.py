@@ -1,0 +1,597 @@
+"""Cutting a skeleton into fragments: the analysis behind ``product.stitched``'s stitched guides.
+
+A skeleton is a regex whose leaves are placeholder characters (``PLACEHOLDERS``), each standing for a regex
+(``product.stitched``'s docstring says why cuts at *hard* positions — byte pairs no token contains — are exact). Here:
+the byte pairs inside tokens (``_inner_pairs``, ``_inner_occurrences``), the skeleton's character DFA with runs of
+literals no cut could split as one character each (``_skeleton_dfa``, ``_Runs``), the cut states and each
+fragment's regex between them (``Skeleton``, ``_literal_cuts_dropped``), and the finer cuts where no token laid
+across a state fits the text around it (``_Crossing``, ``fine_cuts``).
+
+Leaves out: compiling the fragments into guides, reusing them and joining them into one guide (``product.stitched``,
+``product.runtime.stitched``).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+import numpy as np
+from interegular.fsm import anything_else
+
+from automata import MISSING, EmptyLanguageError, glushkov, parse
+from automata.dfa import minimal_table
+from automata.errors import CanonmergeError, RegexError, StateLimitError
+from automata.regex import char_dfa, exit_marker, shown
+from automata.regions import eliminate
+from bpe.automaton import CanonicalAutomaton
+from product.compiler.tables import per_automaton
+
+__all__ = ["PLACEHOLDERS", "END", "Skeleton", "StitchError", "FragmentTooLongError"]
+
+END = -1  # a root of an instance: the text may end where the instance starts
+PLACEHOLDERS = range(0xD800, 0xDC00)  # placeholder characters of a skeleton: lone surrogates, in no text
+_MAX_FRAGMENT_REGEX = 200_000  # characters: a fragment's regex is written as a tree; sharing is not kept
+
+
+class StitchError(CanonmergeError):
+    """The skeleton cannot be cut into fragments this module compiles (see ``product.stitched``'s docstring)."""
+
+
+class FragmentTooLongError(StitchError):
+    """A fragment's regex would be too long to write out (its skeleton is not cut finely enough)."""
+
+
+def _inner_bytes(canonical: CanonicalAutomaton) -> bytes:
+    """``_inner_pairs`` as bytes: index x * 256 + y (a Python lookup, ~30 ns, where a numpy element costs ~100)."""
+    return per_automaton(canonical, "inner byte pairs as bytes", lambda: _inner_pairs(canonical).tobytes())
+
+
+def _inner_pairs(canonical: CanonicalAutomaton) -> np.ndarray:
+    """bool[256, 256]: byte x followed by byte y inside some token's bytes (so a token may cross between them)."""
+    return _inner_occurrences(canonical)[0]
+
+
+def _inner_occurrences(canonical: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``_inner_pairs``, and every place a byte pair occurs inside a token: the places of pair x * 256 + y are
+    columns ``pair_starts[p]:pair_starts[p + 1]`` of ``places`` (int64[2, n]: the index of the pair's first byte
+    in the token blob, and the token)."""
+    def build():
+        blob = np.frombuffer(canonical.token_blob.tobytes(), dtype=np.uint8)
+        offsets = np.asarray(canonical.token_offsets, dtype=np.int64)
+        follows = np.ones(len(blob), dtype=bool)  # byte i and byte i + 1 are in one token
+        follows[np.maximum(offsets[1:] - 1, 0)] = False
+        follows[-1:] = False
+        i = np.flatnonzero(follows)
+        pairs = np.zeros((256, 256), dtype=bool)
+        pairs[blob[i], blob[i + 1]] = True
+        key = blob[i].astype(np.int64) * 256 + blob[i + 1]
+        order = np.argsort(key, kind="stable")  # by pair, then by token id (short, early merges first)
+        i = i[order]
+        places = np.stack([i, np.searchsorted(offsets, i, side="right") - 1])
+        pair_starts = np.searchsorted(key[order], np.arange(65537))
+        return pairs, pair_starts, places
+
+    return per_automaton(canonical, "inner byte pairs", build)
+
+
+_MAX_CROSSING_PLACES = 20_000  # a byte pair inside more tokens than this is taken as crossed (time, not need)
+_FIRST_PLACES = 16  # places of a pair tried one by one before the sieve
+_SIEVE = 8  # bytes on either side of a pair that _Crossing._may_fit compares at once
+_LOOKAHEAD = 32  # characters read after a token laid across a state, at most, before it is taken as fitting
+
+
+class Skeleton:
+    """The skeleton's character DFA, its edges by class, and its cut states."""
+
+    def __init__(self, pattern: str, leaves: dict[str, str], canonical: CanonicalAutomaton, max_states: int,
+                 fine_cuts: bool = False):
+        # runs of literal characters that no cut can split read as one character each (not with fine cuts,
+        # whose test walks the skeleton's texts character by character)
+        class_target, accepting, start, mapping, runs = _skeleton_dfa(
+            pattern, None if fine_cuts else _inner_bytes(canonical), max_states)
+        # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
+        # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
+        # look up (Github_easy---o58839: 5,290 states -> 1,234)
+        minimal = minimal_table(class_target, accepting, start)
+        if minimal is None:
+            raise EmptyLanguageError("the skeleton accepts no text")
+        (class_target, accepting), start = minimal, 0
+        self.accepting, self.start = np.asarray(accepting).tolist(), start
+        chars_of: dict[int, list[str]] = {}
+        for char, c in mapping.items():
+            if char is not anything_else:
+                chars_of.setdefault(c, []).append(char)
+        for chars in chars_of.values():
+            if any(ord(ch) in PLACEHOLDERS and ch not in leaves for ch in chars):
+                raise StitchError("the skeleton has a character in the placeholder range that is no placeholder")
+        # per class: its regex label; its characters' UTF-8 bytes when all are literal (None: a leaf is among
+        # them); the characters its texts start with (a leaf's: its regex's first characters; None: not known);
+        # the first and last bytes of those (of a leaf, the last are not read: no state after a leaf is cut)
+        label, first, last = {}, {}, {}
+        self.strings, self.opening = {}, {}
+        for c, chars in chars_of.items():
+            if not any(ch in leaves for ch in chars):  # literal characters (or runs of them)
+                label[c], self.strings[c], self.opening[c], first[c], last[c] = _literal_class(
+                    tuple(sorted(runs.get(ch, ch) for ch in chars)))
+                continue
+            label[c] = _alternation([f"(?:{leaves[ch]})" if ch in leaves else _escape(ch) for ch in sorted(chars)])
+            self.strings[c] = None
+            # (only fine cuts read a leaf's first characters: without them a state before a leaf is not cut)
+            openings = [(_leaf_openings(leaves[ch]) if fine_cuts else None) if ch in leaves else frozenset(ch)
+                        for ch in chars]
+            self.opening[c] = None if None in openings else frozenset().union(*openings)
+            # the first bytes of a leaf's texts where they are known; its last are not read (no state after a
+            # leaf is cut)
+            encoded = [ch.encode("utf-8", "surrogatepass") for ch in (self.opening[c] or chars)]
+            first[c], last[c] = {b[0] for b in encoded}, {b[-1] for b in encoded}
+        # cut states, over the edges (source, class, target) on named characters: per state, the last bytes of
+        # the characters read into it and the first bytes of those read out of it, and whether a leaf comes in or
+        # goes out (fine cuts: a leaf whose first characters are not known). (Plain Python: a skeleton has tens
+        # of states, and numpy's calls cost 5-60 µs each here: ~0.2 ms a skeleton.)
+        inner = _inner_bytes(canonical)  # byte x * 256 + y: nonzero where a token holds x y
+        n = len(class_target)
+        source, cls = np.nonzero(class_target[:, :-1] != MISSING)  # (the last column is no class)
+        target = class_target[source, cls]
+        source, cls, target = source.tolist(), cls.tolist(), target.tolist()
+        into: list[set] = [set() for _ in range(n)]
+        out: list[set] = [set() for _ in range(n)]
+        blocked = [False] * n  # a leaf leads into the state or (not known to start so) out of it
+        blocked[start] = True
+        edges = []
+        for q, c, t in zip(source, cls, target):
+            if c not in chars_of:
+                continue
+            edges.append((q, c, t))
+            literal = self.strings[c] is not None
+            into[t] |= last[c]
+            out[q] |= first[c]
+            if not literal:
+                blocked[t] = True
+                if not fine_cuts or self.opening[c] is None:
+                    blocked[q] = True
+        cut = [False] * n
+        crossed: list[int] = []  # candidates some token may cross (between q's last and next byte)
+        for q in range(n):
+            if blocked[q] or not into[q] or not out[q]:
+                continue
+            if any(inner[x * 256 + y] for x in into[q] for y in out[q]):
+                crossed.append(q)
+            else:
+                cut[q] = True
+        # where some token holds a byte pair around q, q is still cut when no such token fits there (_Crossing)
+        if fine_cuts and crossed:
+            test = _Crossing(self, edges, canonical)
+            for q in crossed:
+                pairs_q = [(x, y) for x in sorted(into[q]) for y in sorted(out[q]) if inner[x * 256 + y]]
+                cut[q] = not test.crossed(q, pairs_q)
+        self.cut = _literal_cuts_dropped(cut, edges, self.strings, start)
+        # per state, its edges: target -> the regex of the characters that lead there (edges come in row order,
+        # so a target's classes in increasing order, as a walk along the row meets them)
+        classes_into: list[dict[int, list[int]]] = [{} for _ in range(n)]
+        for q, c, t in edges:
+            classes_into[q].setdefault(t, []).append(c)
+        self.edges = [{t: label[cs[0]] if len(cs) == 1 else _alternation([label[c] for c in cs])
+                       for t, cs in by_target.items()} for by_target in classes_into]
+
+    def fragment(self, roots: frozenset, soft: frozenset = frozenset()) -> tuple[str, list[int]]:
+        """The regex of what the skeleton reads from any of ``roots`` (cut states, or ``END``: the text ends) up
+        to its exits, and the cut state of each exit (exit k >= 1 is ``exits[k - 1]``). Cut states in ``soft``
+        are written through, not cut."""
+        exits: list[int] = []
+        written: dict[int, str] = {}
+        on_path: set[int] = set()
+        size = [0]
+
+        def write(q: int, at_root: bool) -> str:
+            if self.cut[q] and not at_root and q not in soft:
+                if q not in exits:
+                    exits.append(q)
+                return exit_marker(exits.index(q) + 1)
+            if q in written:
+                return written[q]
+            if q in on_path:
+                raise _Cycle
+            on_path.add(q)
+            edges = self.edges[q]
+            if len(edges) == 1 and not self.accepting[q]:  # most states: one way on (a key's pieces, a comma)
+                (t, label), = edges.items()
+                text = label + write(t, False)
+            else:
+                parts = [exit_marker(0)] if self.accepting[q] else []
+                parts += [label + write(t, False) for t, label in edges.items()]
+                text = _alternation(parts)
+            on_path.discard(q)
+            size[0] += len(text)
+            if size[0] > _MAX_FRAGMENT_REGEX:
+                raise FragmentTooLongError("a fragment's regex is too long to write out")
+            written[q] = text
+            return text
+
+        try:
+            parts = [exit_marker(0) if root == END else write(root, True) for root in sorted(roots)]
+        except _Cycle:
+            return self._eliminated(roots, soft)
+        return _alternation(parts), exits
+
+    def _eliminated(self, roots: frozenset, soft: frozenset) -> tuple[str, list[int]]:
+        """``fragment`` for a fragment with a cycle (a YAML block whose line breaks are inside tokens): the
+        classic state elimination (``automata.regions.eliminate``) over its states, a new source and sink, and one
+        node per exit."""
+        SOURCE, SINK = "source", "sink"
+        exits: list[int] = []
+        edges: dict = {}  # (from, to) -> regex
+
+        def add(a, b, regex):
+            edges[a, b] = regex if (a, b) not in edges else _alternation([edges[a, b], regex])
+
+        seen, todo = set(), []
+        for root in sorted(roots):
+            if root == END:
+                add(SOURCE, SINK, exit_marker(0))
+            else:
+                add(SOURCE, ("state", root), "")
+                todo.append(root)
+        while todo:
+            q = todo.pop()
+            if q in seen:
+                continue
+            seen.add(q)
+            if self.accepting[q]:
+                add(("state", q), SINK, exit_marker(0))
+            for t, label in self.edges[q].items():
+                if self.cut[t] and t not in soft:
+                    if t not in exits:
+                        exits.append(t)
+                    add(("state", q), ("exit", t), label)
+                else:
+                    add(("state", q), ("state", t), label)
+                    todo.append(t)
+        for t in exits:
+            add(("exit", t), SINK, exit_marker(exits.index(t) + 1))
+        try:
+            return eliminate(edges, SOURCE, SINK, _MAX_FRAGMENT_REGEX), exits
+        except StateLimitError:
+            raise FragmentTooLongError("a fragment's regex is too long to write out") from None
+
+
+def _literal_cuts_dropped(cut: list[bool], edges: list[tuple[int, int, int]], strings: dict, start: int) -> list[bool]:
+    """``cut`` without the cut states that only literal text surrounds: every path from the cut states (or the
+    start) before q up to q, and from q up to the cut states after it, reads literal classes (keys, punctuation;
+    no leaf). Such pieces are schema-specific text, cheap to compile as one fragment, and each instance costs a
+    warm compile a regex written and a library lookup (the key ``"customer_name":`` on Llama-3 was three
+    instances: ``{"customer``, ``_name``, ``":``). Two linear passes: the states a leaf lies ahead of (before any
+    cut), marked back from the leaves' edges, and those a leaf lies behind, marked forward."""
+    n = len(cut)
+    succ: list[list[int]] = [[] for _ in range(n)]
+    pred: list[list[int]] = [[] for _ in range(n)]
+    ahead, behind = [False] * n, [False] * n  # a leaf on some path from / to the state, no cut between
+    for q, c, t in edges:
+        succ[q].append(t)
+        pred[t].append(q)
+        if strings[c] is None:
+            ahead[q] = behind[t] = True
+    for marked, onward, stop in ((ahead, pred, -1), (behind, succ, start)):
+        todo = [q for q in range(n) if marked[q] and not cut[q] and q != stop]
+        while todo:  # (paths stop at cut states and, behind, at the start)
+            for q in onward[todo.pop()]:
+                if not marked[q]:
+                    marked[q] = True
+                    if not cut[q] and q != stop:
+                        todo.append(q)
+    return [is_cut and (ahead[q] or behind[q]) for q, is_cut in enumerate(cut)]
+
+
+class _Crossing:
+    """Whether a token can be laid across a state q of a skeleton although a byte pair around q is inside tokens.
+
+    A token t crosses q in a canonical tokenization only if (1) its bytes up to the pair's first byte are what
+    some path into q reads, and from the pair's second byte on what a path out of q reads, and (2) the
+    pre-tokenizer lets t's bytes be inside one piece there and the text go on after it. (2) is read off the
+    canonical automaton: from every open context (a superset of those before t), t leads to the contexts
+    ``inside_next`` / ``boundary_next`` give; from there the characters the skeleton reads next are taken one
+    single-byte token at a time, with or without a boundary before each (a superset of the contexts any
+    tokenization reaches); where none is left on every path, the marked text dies, and no canonical
+    tokenization has t there. A leaf whose characters are not known, a character of several bytes, the text's
+    end and ``_LOOKAHEAD`` characters are taken to fit: the test errs towards "crossed", never cuts where a token
+    could cross. On Llama-3 it cuts a YAML line after its line break and before the last space of the
+    indentation (pieces "\n", "   ", " key"), which the byte pairs alone cannot: tokens hold "\n" + " "
+    (whitespace ending in a line break) and runs of spaces."""
+
+    def __init__(self, skeleton: "Skeleton", edges: list[tuple[int, int, int]], canonical: CanonicalAutomaton):
+        self.sk = skeleton
+        self.blob = canonical.token_blob.tobytes()
+        self.offsets = np.asarray(canonical.token_offsets, dtype=np.int64)
+        self.inside_next, self.boundary_next = canonical.inside_next, canonical.boundary_next
+        self.num_open = canonical.num_open_contexts
+        self.occurrences = _inner_occurrences(canonical)
+        places = self.occurrences[2]
+        self.at_array, self.token_array = places[0].copy(), places[1].copy()
+        self.at, self.tokens = memoryview(self.at_array), memoryview(self.token_array)
+        self.blob_array = np.frombuffer(self.blob, dtype=np.uint8)
+        self.offset_list = memoryview(self.offsets)
+        self.single = _single_byte_tokens(canonical)
+        # per state: its edges out as (the bytes of each character read, or None for a leaf, leaf openings, target)
+        self.out_edges: dict[int, list] = {}
+        self.in_edges: dict[int, list] = {}
+        for a, c, b in edges:
+            strings, openings = skeleton.strings[c], skeleton.opening[c]
+            opening_bytes = None if openings is None else [ch.encode("utf-8") for ch in openings]
+            self.out_edges.setdefault(a, []).append((strings, opening_bytes, b))
+            self.in_edges.setdefault(b, []).append((strings, a))
+        self._after: dict[int, np.ndarray] = {}
+
+    def crossed(self, q: int, pairs_q: list[tuple[int, int]]) -> bool:
+        pair_starts = self.occurrences[1]
+        ranges = [(int(pair_starts[x * 256 + y]), int(pair_starts[x * 256 + y + 1])) for x, y in pairs_q]
+        if sum(hi - lo for lo, hi in ranges) > _MAX_CROSSING_PLACES:
+            return True
+        # the first few places of each pair one by one (the shortest tokens: inside a key, one of them fits and
+        # ends the test), the others through the sieve
+        first = [k for lo, hi in ranges for k in range(lo, min(hi, lo + _FIRST_PLACES))]
+        rest = np.concatenate([np.arange(lo + _FIRST_PLACES, hi) for lo, hi in ranges if hi > lo + _FIRST_PLACES]
+                              or [np.zeros(0, dtype=np.int64)])
+        if self._fits(q, first):
+            return True
+        return len(rest) > 0 and self._fits(q, rest[self._may_fit(q, rest)].tolist())
+
+    def _fits(self, q: int, places: list[int]) -> bool:
+        """Whether one of these places of byte pairs (their tokens) fits across q."""
+        left_fits: dict[bytes, bool] = {}
+        right_ends: dict[bytes, object] = {}
+        offsets = self.offset_list
+        for k in places:
+            i, token = self.at[k], self.tokens[k]
+            begin, end = offsets[token], offsets[token + 1]
+            before, after = self.blob[begin:i + 1], self.blob[i + 1:end]
+            if before not in left_fits:
+                left_fits[before] = self._reads_backward(q, before)
+            if not left_fits[before]:
+                continue
+            if after not in right_ends:
+                right_ends[after] = self._ends_forward(q, after)
+            ends = right_ends[after]
+            if ends is None:
+                return True  # the token runs into what the skeleton does not spell out
+            if not ends:
+                continue
+            contexts = self._contexts_after(token)
+            if contexts is None:
+                return True
+            if len(contexts) and any(self._lives(r, contexts, _LOOKAHEAD) for r in ends):
+                return True
+        return False
+
+    def _may_fit(self, q: int, places: np.ndarray) -> np.ndarray:
+        """A first sieve over the places of byte pairs around q (all at once): each of the token's bytes within
+        ``_SIEVE`` bytes of the pair must be one the skeleton may read at that distance from q, on any path."""
+        at, tokens = self.at_array[places], self.token_array[places]
+        begin, end = self.offsets[tokens], self.offsets[tokens + 1]
+        keep = np.ones(len(places), dtype=bool)
+        last = len(self.blob_array) - 1
+        for direction in (1, -1):
+            for d, allowed in enumerate(self._bytes_at(q, direction), start=1):
+                pos = at + 1 + d if direction == 1 else at - d
+                inside = (pos < end) if direction == 1 else (pos >= begin)
+                keep &= ~inside | allowed[self.blob_array[np.minimum(np.maximum(pos, 0), last)]]
+        return keep
+
+    def _bytes_at(self, q: int, direction: int) -> list[np.ndarray]:
+        """Per distance 1.._SIEVE from the byte next to q (after q for ``direction`` 1, before it for -1): the
+        bytes some path may read there (bool[256]; all of them past a leaf)."""
+        allowed = [np.zeros(256, dtype=bool) for _ in range(_SIEVE)]
+        todo, seen = [(q, 0)], set()
+        while todo:
+            state, d = todo.pop()
+            if (state, d) in seen or d > _SIEVE:
+                continue
+            seen.add((state, d))
+            edges = self.out_edges.get(state, ()) if direction == 1 else self.in_edges.get(state, ())
+            for edge in edges:
+                chars, nxt = edge[0], edge[-1]
+                if chars is None:
+                    for far in allowed[max(d, 1) - 1:]:
+                        far[:] = True
+                    continue
+                for encoded in chars:
+                    for j, byte in enumerate(encoded if direction == 1 else encoded[::-1]):
+                        if 1 <= d + j <= _SIEVE:
+                            allowed[d + j - 1][byte] = True
+                    todo.append((nxt, d + len(encoded)))
+        return allowed
+
+    def _reads_backward(self, q: int, text: bytes) -> bool:
+        """Whether some path into q reads ``text`` at its end (a leaf may end with anything)."""
+        if not text:
+            return True
+        for chars, a in self.in_edges.get(q, ()):
+            if chars is None:
+                return True
+            for encoded in chars:
+                if (encoded.endswith(text) if len(encoded) >= len(text) else
+                        text.endswith(encoded) and self._reads_backward(a, text[:-len(encoded)])):
+                    return True
+        return False
+
+    def _ends_forward(self, q: int, text: bytes) -> set | None:
+        """The states where paths out of q that read ``text`` at their start are when it is read (a set, maybe
+        empty); None where such a path reads it partly into a leaf or a character."""
+        if not text:
+            return {q}
+        ends: set[int] = set()
+        for chars, openings, b in self.out_edges.get(q, ()):
+            if chars is None:
+                if openings is None or any(_agrees(opening, text) for opening in openings):
+                    return None
+                continue
+            for encoded in chars:
+                if not _agrees(encoded, text):
+                    continue
+                if len(encoded) > len(text):
+                    return None
+                more = self._ends_forward(b, text[len(encoded):])
+                if more is None:
+                    return None
+                ends |= more
+        return ends
+
+    def _contexts_after(self, token: int) -> np.ndarray | None:
+        """The open contexts token ``token`` leads to from any open context (None: some is not open)."""
+        if token not in self._after:
+            if 0x80 <= self.blob[self.offsets[token]] < 0xC0:  # it may follow an unfinished character
+                self._after[token] = None
+                return None
+            nxt = np.concatenate([self.inside_next[:, token], self.boundary_next[:, token]])
+            nxt = np.unique(nxt[nxt >= 0])
+            self._after[token] = None if (nxt >= self.num_open).any() else nxt
+        return self._after[token]
+
+    def _step(self, contexts: np.ndarray, byte: int) -> np.ndarray | None:
+        token = int(self.single[byte])
+        if token < 0:
+            return None
+        nxt = np.concatenate([self.inside_next[contexts, token], self.boundary_next[contexts, token]])
+        return np.unique(nxt[nxt >= 0])
+
+    def _lives(self, q: int, contexts: np.ndarray, depth: int) -> bool:
+        """Whether the marked text may go on from state q in one of ``contexts``, along some path (up to
+        ``depth`` characters; a leaf's first character, then it is taken to fit)."""
+        if depth == 0 or self.sk.accepting[q]:
+            return True
+        for chars, openings, b in self.out_edges.get(q, ()):
+            if chars is None and openings is None:
+                return True
+            for encoded in (openings if chars is None else chars):
+                nxt = contexts
+                for byte in encoded:
+                    nxt = self._step(nxt, byte) if byte < 0x80 else None  # (a longer character: not followed)
+                    if nxt is None or not len(nxt):
+                        break
+                if nxt is None or len(nxt) and (chars is None or self._lives(b, nxt, depth - 1)):
+                    return True
+        return False
+
+
+def _single_byte_tokens(canonical: CanonicalAutomaton) -> np.ndarray:
+    """int64[256]: a token spelling just that byte, produced inside pieces (-1: none)."""
+    def build():
+        offsets = np.asarray(canonical.token_offsets, dtype=np.int64)
+        blob = np.frombuffer(canonical.token_blob.tobytes(), dtype=np.uint8)
+        one = np.flatnonzero((offsets[1:] - offsets[:-1] == 1) & (np.asarray(canonical.merge_class) >= 0))
+        single = np.full(256, -1, dtype=np.int64)
+        single[blob[offsets[one]][::-1]] = one[::-1]  # the lowest id of each byte
+        return single
+
+    return per_automaton(canonical, "single-byte tokens", build)
+
+
+class _Cycle(Exception):
+    """The tree writer met a cycle inside a fragment."""
+
+
+def _agrees(encoded: bytes, text: bytes) -> bool:
+    """Whether a character's bytes and ``text`` agree where both have bytes."""
+    n = min(len(encoded), len(text))
+    return encoded[:n] == text[:n]
+
+
+_MAX_LEAF_STATES = 100_000  # a leaf's character DFA, built only for its first characters (fine cuts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _leaf_openings(regex: str) -> frozenset | None:
+    """The characters a text of ``regex`` can start with; None when it may be empty, start with characters the
+    regex does not name, or its character DFA is too large to build (a string of ``maxLength: 10000``)."""
+    try:
+        table, accepting, start, mapping = char_dfa(regex, _MAX_LEAF_STATES)
+    except StateLimitError:
+        return None
+    if accepting[start]:
+        return None
+    chars = frozenset(ch for ch, c in mapping.items() if table[start, c] != MISSING)
+    return None if anything_else in chars else chars
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _literal_class(texts: tuple[str, ...]) -> tuple[str, tuple[bytes, ...], frozenset, frozenset, frozenset]:
+    """A skeleton class of literal texts: its regex label, their bytes, first characters, first and last bytes
+    (a pure function of the texts, which recur across schemas: ``", "``, ``": "``, a key)."""
+    encoded = tuple(text.encode("utf-8", "surrogatepass") for text in texts)
+    return (_alternation([_escape(text) for text in texts]), encoded, frozenset(text[0] for text in texts),
+            frozenset(b[0] for b in encoded), frozenset(b[-1] for b in encoded))
+
+
+def _alternation(parts: list[str]) -> str:
+    if len(parts) == 1:  # most states of a skeleton: one literal character
+        return parts[0]
+    parts = list(dict.fromkeys(parts))
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+def _escape(text: str) -> str:
+    return re.escape(text) if text.isascii() else "".join(re.escape(ch) if ch.isascii() else ch for ch in text)
+
+
+_RUNS = range(0xDC00, 0xE000)  # characters that stand for runs in a skeleton's DFA (no text has lone surrogates)
+
+
+def _skeleton_dfa(pattern: str, inner_pairs: bytes | None, max_states: int):
+    """``char_dfa`` of a skeleton, and the runs it reads as one character each (character -> its text): every
+    maximal run of literal characters in a concatenation whose neighbouring bytes are inside some token
+    (``inner_pairs``; None: no runs). No state inside such a run can be cut, and a skeleton is mostly keys and
+    punctuation: read as runs, a median MaskBench skeleton has ~60 positions instead of ~130, and the steps
+    after it (determinising, minimising, cutting, writing fragments) work per position or state."""
+    runs = _Runs(inner_pairs) if inner_pairs is not None and not _RUN_CHARACTER.search(pattern) else None
+    tree = parse.read(pattern, runs) if runs is not None else None
+    if tree is None:
+        return (*char_dfa(pattern, max_states), {})
+    try:
+        dfa = glushkov.char_dfa(tree, max_states)
+    except (RegexError, StateLimitError) as exc:
+        raise type(exc)(f"regex {shown(pattern)}: {exc}") from None
+    if dfa is None:
+        return (*char_dfa(pattern, max_states), {})
+    return (*dfa, {ch: text for text, ch in runs.runs.items()})
+
+
+_RUN_CHARACTER = re.compile(f"[{chr(_RUNS[0])}-{chr(_RUNS[-1])}]")
+_PLACEHOLDER = re.compile(f"([{chr(PLACEHOLDERS[0])}-{chr(PLACEHOLDERS[-1])}])")
+
+
+class _Runs:
+    """Splits a run of literal characters (``automata.parse.read``'s ``runs``) where no token holds the bytes
+    around a position, or around a placeholder; each piece of two or more characters becomes one character of
+    ``_RUNS`` (``runs``: text -> its character), the others stay themselves."""
+
+    def __init__(self, inner_pairs: bytes):
+        self.inner = inner_pairs  # byte x * 256 + y: nonzero where x y is inside a token
+        self.runs: dict[str, str] = {}
+
+    def __call__(self, text: str) -> str:
+        characters = []
+        for piece in _run_pieces(self.inner, text):
+            ch = piece if len(piece) == 1 else self.runs.get(piece)
+            if ch is None and len(self.runs) < len(_RUNS):
+                ch = self.runs[piece] = chr(_RUNS[0] + len(self.runs))
+            characters.append(piece if ch is None else ch)
+        return "".join(characters)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _run_pieces(inner: bytes, text: str) -> tuple[str, ...]:
+    """``text`` split where no token holds the bytes around a position (``inner``: ``_inner_bytes``), and around
+    each placeholder. A pure function of its arguments, and the texts recur (``}``, ``", "``, a key in every
+    object that has it): cached, the splits were a fifth of a warm schema compile."""
+    pieces = []
+    for part in _PLACEHOLDER.split(text):  # a leaf is a piece of its own
+        if len(part) < 2:
+            pieces += [part] if part else []
+            continue
+        if part.isascii():
+            encoded = part.encode()
+            ends = [i for i in range(1, len(encoded)) if not inner[encoded[i - 1] * 256 + encoded[i]]]
+        else:
+            encoded = [ch.encode("utf-8", "surrogatepass") for ch in part]
+            ends = [i for i in range(1, len(part)) if not inner[encoded[i - 1][-1] * 256 + encoded[i][0]]]
+        pieces += [part[i:j] for i, j in zip([0, *ends], [*ends, len(part)])]
+    return tuple(pieces)

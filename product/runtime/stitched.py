@@ -1,0 +1,135 @@
+"""A stitched guide served: one state space over fragment instances, each a compiled fragment guide.
+
+``product.stitched`` cuts a skeleton into fragments, compiles each (or reuses it) and links the instances (a
+fragment entered in a context, with the instance each exit leads to). Here the guide over them: a state is an
+instance's first state plus a state of that instance's guide; masks are the fragment guides' masks (a batch hands
+the fragments to the batch kernels as the guides computing the masks, ``_mask_makers``), and a token that reaches
+an exit moves the state to the next instance's initial state.
+
+Leaves out: cutting, compiling and linking (``product.stitched``, ``product.compiler.skeleton``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import itertools
+
+import numpy as np
+
+from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
+from product.runtime.guide import Guide
+
+__all__ = ["StitchedGuide"]
+
+
+class StitchedGuide(Guide):
+    """A ``Guide`` over fragment instances (``compile_stitched``): state = ``base[i]`` + a state of instance
+    i's guide. Masks, advance and acceptance are the fragment guides'; a token that reaches an exit moves the
+    state to the next instance's start. ``fragments_reused`` / ``fragments_compiled`` say how it was built.
+
+    ``instances``: ``product.stitched``'s instances, each with ``fragment`` (its ``guide``) and ``next_of_node``
+    (exit node -> index of the instance it leads to)."""
+
+    _plain_guide = False  # its rows are its fragments' (not stored as arrays itself)
+
+    def __init__(self, instances: list, canonical: CanonicalAutomaton, *, canonical_only: bool,
+                 cache_size: int, name: str, eos: tuple[int, ...], reused: int, compiled: int):
+        self.name = name
+        self.canonical_only = canonical_only
+        self._tokens = canonical
+        self.vocab_size = canonical.vocab_size
+        self.num_words = (self.vocab_size + 31) // 32
+        self.eos_token_ids = eos
+        self._instances = instances
+        self._guides = [inst.fragment.guide for inst in instances]
+        self._M = self._guides[0]._M
+        sizes = [g._num_states for g in self._guides]
+        self._base = list(itertools.accumulate(sizes[:-1], initial=0))
+        self._end = sum(sizes)
+        # per instance, exit node -> the next instance's initial state, as one global state
+        starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
+        self._jump = [{node: starts[i] for node, i in inst.next_of_node.items()} for inst in instances]
+        self.initial_state = self._guides[0].initial_state
+        self.fragments_reused, self.fragments_compiled = reused, compiled
+        self._init_mask_cache(cache_size)
+        self._mask(self.initial_state)
+
+    def _new_step_table(self) -> None:
+        return None  # advance goes through the fragments' own guides
+
+    # ---- sizes ----
+    @property
+    def num_nodes(self) -> int:
+        """Product nodes over the distinct fragments this guide uses."""
+        return sum(g.num_nodes for g in {id(g): g for g in self._guides}.values())
+
+    @property
+    def num_fragments(self) -> int:
+        """Distinct fragments (regex, entry context) this guide uses."""
+        return len({id(inst.fragment) for inst in self._instances})
+
+    @property
+    def memory_bytes(self) -> int:
+        fragments = {id(g): g for g in self._guides}.values()
+        own = [*self._slabs, self._cache.record]
+        return int(sum(g.memory_bytes for g in fragments) + sum(a.nbytes for a in own))
+
+    # ---- states ----
+    def _locate(self, state: int) -> tuple[int, int]:
+        """(instance, state of its guide)."""
+        try:
+            state = int(state.__index__())
+        except (AttributeError, TypeError):
+            raise TypeError(f"a guide state is an int, not {type(state).__name__} ({state!r})") from None
+        if not 0 <= state < self._end:
+            raise ValueError(f"{state} is not a state of this guide")
+        i = bisect.bisect_right(self._base, state) - 1
+        return i, state - self._base[i]
+
+    def _split(self, state: int) -> tuple[int, int]:
+        i, inner = self._locate(state)
+        self._guides[i]._split(inner)
+        return i, inner
+
+    def is_accepting(self, state: int) -> bool:
+        i, inner = self._locate(state)
+        return self._guides[i].is_accepting(inner)
+
+    def _fill_row(self, state: int, words: np.ndarray) -> None:
+        i, inner = self._locate(state)
+        self._guides[i]._fill_row(inner, words)
+
+    def _fill_at(self, state: int, out, address: int) -> None:
+        i, inner = self._locate(state)
+        self._guides[i]._fill_at(inner, out, address)
+
+    @property
+    def _num_states(self) -> int:
+        return self._end
+
+    @functools.cached_property
+    def _instance_makers(self) -> tuple[np.ndarray, list[Guide], np.ndarray]:
+        """Each instance's first global state (ascending), the distinct fragment guides whose masks are their node
+        rows', and each instance's index among them (-1: a counted fragment, whose masks ``_fill_row`` computes)."""
+        makers = list({id(g): g for g in self._guides if g._plain_masks}.values())
+        index = {id(g): i for i, g in enumerate(makers)}
+        return (np.array(self._base, dtype=np.int64), makers,
+                np.array([index.get(id(g), -1) for g in self._guides], dtype=np.int64))
+
+    def _mask_makers(self, states: np.ndarray) -> tuple[list[Guide], np.ndarray, np.ndarray]:
+        """Each state's fragment guide and its state there (``_locate`` for a batch, one ``searchsorted``)."""
+        bases, makers, maker_of_instance = self._instance_makers
+        instance = np.searchsorted(bases, states, side="right") - 1
+        return makers, maker_of_instance[instance], states - bases[instance]
+
+    def advance(self, state: int, token_id: int) -> int:
+        i, inner = self._locate(state)
+        guide = self._guides[i]
+        try:
+            after = guide.advance(inner, token_id)
+        except DisallowedTokenError:
+            raise DisallowedTokenError(f"token {token_id} ({guide._describe(token_id)}) is not allowed in state "
+                                       f"{state} of {self.name!r}") from None
+        jump = self._jump[i].get(after // self._M)  # (none past the nodes of a counted fragment's loop, k > 0)
+        return jump if jump is not None else self._base[i] + after
