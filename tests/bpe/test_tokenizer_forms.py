@@ -123,9 +123,9 @@ def test_removed_invert_is_the_isolated_form_when_the_pattern_matches_everything
     (r"[\p{L}&&[^a]]+", "nested classes and intersections"),
     (r"(?i:é)", r"non-ASCII characters inside \(\?i:"),
     (r"\w+", r"escape '\\\\w'"),
-    (r"\p{Greek}+", r"class \\p\{Greek\}"),
+    (r"\p{NoSuchScript}+", r"class \\p\{NoSuchScript\}"),
     (r"[z-a]", "is empty"),
-    ("".join(chr(0x4E00 + k) for k in range(4000)), r"into 4140 symbols \(at most 4096\)"),
+    ("".join(chr(0x4E00 + k) for k in range(4000)), r"into \d+ symbols \(at most 4096\)"),
 ], ids=["lookahead_inside", "lookbehind", "start_anchor", "end_anchor_inside", "intersection", "folded_non_ascii",
         "word_escape", "script_class", "empty_range", "too_many_symbols"])
 def test_patterns_outside_the_model_are_refused_by_name(pattern, message):
