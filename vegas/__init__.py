@@ -1,8 +1,14 @@
 """JSON Schema constraints, written as JSON or YAML, tokenized canonically; and the ``canonmerge`` command line.
 
+The name comes from the *Vegas configurations* of the DirectMerge/CartesianMerge paper: pieces of a schema
+fenced by boundaries no token crosses, so that each is compiled once per tokenizer, cached, and stitched into
+the schema's guide.
+
 Public: ``compile_schema`` (a schema -> a ``product.Guide``), ``format_instance`` (a value -> the one text that
 guide accepts for it), ``schema_regex`` (the regex both are built on), ``SchemaError``,
-``UnsupportedSchemaError``. The layout and the supported keywords: ``vegas.layout`` and ``vegas.schema``.
+``UnsupportedSchemaError``. The modules: ``vegas.layout`` (how values are written), ``vegas.schema`` (the
+supported keywords and the regex walk), ``vegas.instances`` (``format_instance``), ``vegas.lexical`` and
+``vegas.charset`` (strings, numbers, formats, patterns as regexes), ``vegas.token_graph`` and ``vegas.cli``.
 
     >>> import vegas
     >>> schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
@@ -11,17 +17,28 @@ guide accepts for it), ``schema_regex`` (the regex both are built on), ``SchemaE
     >>> vegas.format_instance({"name": "Ada"}, schema, style="yaml")
     'name: Ada'
 
-A schema compiles into a guide stitched from fragments between hard token boundaries (``product.stitched``),
-each compiled once per tokenizer and kept in memory and on disk (``product.library``); a fragment holding a
-counted repetition (``maxLength: 100``...) is one too, compiled with a counter (``product.counted``). What it
-leaves out: a fragment whose regex is too long to write out; such a schema compiles as one regex.
+A schema compiles into a guide stitched from fragments between hard token boundaries
+(``product.compile_stitched``), each compiled once per tokenizer and kept in memory and on disk
+(``product.FragmentStore``); a fragment holding a counted repetition (``maxLength: 100``...) is one too, compiled
+with a counter. What it leaves out: a fragment whose regex is too long to write out; such a schema compiles as
+one regex.
 """
 
 from __future__ import annotations
 
+from automata import StateLimitError
+from product import (
+    FragmentStore,
+    FragmentTooLongError,
+    StitchError,
+    compile_regex,
+    compile_stitched,
+    default_library_dir,
+)
+from vegas._gc_pause import gc_paused
 from vegas.errors import SchemaError, UnsupportedSchemaError
-from vegas.layout import format_instance
-from vegas.schema import schema_regex
+from vegas.instances import format_instance
+from vegas.schema import Compiler, schema_regex
 
 __all__ = ["compile_schema", "format_instance", "schema_regex", "SchemaError", "UnsupportedSchemaError"]
 
@@ -38,7 +55,7 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     times a recursive ``$ref`` is unrolled. ``any_depth``: how deep values of ``true`` schemas nest. The other
     options (``eos_token_ids`` among them) are ``product.compile_regex``'s.
 
-    The guide is stitched from fragments (``product.stitched``) kept in memory and in the on-disk library
+    The guide is stitched from fragments (``product.compile_stitched``) kept in memory and in the on-disk library
     ``library_dir`` (default ``<canonmerge cache>/fragments``; ``False``: memory only), so schemas sharing
     value types compile mostly from what earlier ones compiled. Where the schema cannot be cut into fragments
     (a fragment's regex too long to write out), it is compiled as one regex: same guide, slower. Python's cyclic
@@ -47,10 +64,8 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
     """
-    from product._gc_pause import gc_paused
-
     # (the cyclic collector paused: a compile's temporaries die by reference count, not in collections it
-    # starts, ~10 % of a warm compile; product._gc_pause)
+    # starts, ~10 % of a warm compile; vegas._gc_pause)
     with gc_paused():
         return _compile_schema(schema, canonical, style=style, strict=strict, max_recursion=max_recursion,
                                any_depth=any_depth, library_dir=library_dir,
@@ -60,24 +75,16 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
 
 
 def _compile_schema(schema, canonical, *, style, strict, max_recursion, any_depth, library_dir, options):
-    from automata.errors import StateLimitError
-    from product import compile_regex
-    from product.library import FragmentStore, default_library_dir
-    from product.stitched import FragmentTooLongError, StitchError, compile_stitched
-    from vegas.schema import TOP, Compiler, load_schema
-
     title = schema.get("title", "schema") if isinstance(schema, dict) else "schema"
     options = dict(options, name=f"{title} ({style})")
     store = None if library_dir is False else FragmentStore(library_dir or default_library_dir())
     # "anything" values as leaves (each compiles once) and the byte-pair cuts first; in YAML, where a fragment
     # is then too long to write (a nested block on Llama-3, whose line breaks share tokens with the indentation),
-    # "anything" written out and cut finely (product.stitched._Crossing): slower to cut, but fragments of lines
+    # "anything" written out and cut finely (compile_stitched's fine_cuts): slower to cut, but fragments of lines
     for any_leaf in ((True, False) if style == "yaml" else (True,)):
-        compiler = Compiler(load_schema(schema), style, strict=strict, max_recursion=max_recursion,
-                            any_depth=any_depth, leaves=True, any_leaf=any_leaf)
-        skeleton = compiler.value(compiler.root, "#", TOP)
-        if skeleton is None:
-            raise SchemaError("no instance satisfies the schema", pointer="#")
+        compiler = Compiler.load(schema, style, strict=strict, max_recursion=max_recursion, any_depth=any_depth,
+                                 leaves=True, any_leaf=any_leaf)
+        skeleton = compiler.document()
         try:
             return compile_stitched(skeleton, compiler.leaves, canonical, store=store, fine_cuts=not any_leaf,
                                     **options)

@@ -24,7 +24,6 @@ import contextlib
 import io
 import json
 import mmap
-import os
 import re
 import resource
 import shutil
@@ -34,10 +33,15 @@ import sys
 import time
 from pathlib import Path
 
+import product
+import vegas
 from automata import CanonmergeError, from_regex, write_dot
 from bpe import compile_tokenizer, load_tokenizer
 from bpe.assets import DEFAULT_TOKENIZER, TOKENIZERS, asset_path, reference_runtime, tokenizer_source
 from bpe.automaton import cache_path
+from bpe.lm_cache import load_causal_lm
+from bpe.loaders import to_runtime_tokenizer
+from vegas import token_graph
 from vegas._progress import Progress
 
 _DEFAULT_MODEL = "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # bpe.assets name of the default model
@@ -72,8 +76,6 @@ def _runtime(name: str | None, model):
     """The HF ``tokenizers`` runtime that encodes prompts and checks outputs, in continuation mode."""
     if name in TOKENIZERS:
         return reference_runtime(name, model)
-    from bpe.loaders import to_runtime_tokenizer
-
     return to_runtime_tokenizer(model)
 
 
@@ -101,8 +103,6 @@ def _model_path(arg: str | None) -> Path:
 def _load_model(path: Path):
     """A causal LM from a GGUF file (its dequantised weights cached: ``bpe.lm_cache``) or a local transformers
     directory, offline, CPU, eval mode."""
-    from bpe.lm_cache import load_causal_lm
-
     try:
         # transformers' GGUF reader draws its own tqdm bar whatever its settings say: it goes to a buffer, and the
         # caller's Progress line (which holds the real stderr) shows the load instead.
@@ -172,6 +172,7 @@ def _chat_template(path: Path) -> str:
 
 def _chat_prompt(template: str, prompt: str, tokenizer) -> str:
     """The prompt as one user turn followed by the assistant's header, rendered the way transformers does."""
+    # (jinja2 deferred: only --chat needs it)
     from jinja2.exceptions import TemplateError
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
@@ -198,8 +199,6 @@ def _check_regex(pattern: str) -> str:
 
 
 def _regex_guide(pattern: str, canonical, canonical_only: bool):
-    import product
-
     return product.compile_regex(pattern, canonical, canonical_only=canonical_only)
 
 
@@ -216,8 +215,6 @@ def _constraint(args: argparse.Namespace):
     """Read and check the constraint's input (cheap), so that bad input fails before any slow step. Returns a
     function of (canonical automaton, canonical_only) that compiles the guide."""
     if args.schema is not None:
-        import vegas
-
         schema, style = _read_schema(args.schema), args.format or "json"
         vegas.schema_regex(schema, style)  # an unsupported or malformed schema fails before any slow step
         return lambda canonical, canonical_only: vegas.compile_schema(schema, canonical, style=style,
@@ -276,23 +273,19 @@ def _compile_tokenizer(args: argparse.Namespace) -> int:
 
 
 def _compile_schema(args: argparse.Namespace) -> int:
-    import vegas
-    from product.library import FragmentStore, default_library_dir
-    from product.stitched import StitchedGuide
-
     schema = _read_schema(args.schema)
     started = time.perf_counter()
     regex = vegas.schema_regex(schema, args.style)
     to_regex = time.perf_counter()
     _, canonical = _canonical(_source(args.tokenizer), args.tokenizer or DEFAULT_TOKENIZER)
     loaded = time.perf_counter()
-    store = FragmentStore(default_library_dir())
+    store = product.FragmentStore(product.default_library_dir())
     with Progress("schema"):
         guide = vegas.compile_schema(schema, canonical, style=args.style)
     done = time.perf_counter()
     print(f"schema            {args.schema} ({args.style})")
     print(f"regex             {len(regex)} characters in {1e3 * (to_regex - started):.1f} ms")
-    if isinstance(guide, StitchedGuide):
+    if isinstance(guide, product.StitchedGuide):
         print(f"fragments         {guide.fragments_reused} reused, {guide.fragments_compiled} compiled "
               f"({guide.num_fragments} distinct)")
     else:
@@ -340,9 +333,7 @@ def _generate(args: argparse.Namespace) -> int:
     prompt = _chat_prompt(_chat_template(model_path), args.prompt, tokenizer) if args.chat else args.prompt
     prompt_ids = runtime.encode(prompt, add_special_tokens=False).ids
 
-    import torch
-
-    import product
+    import torch  # (deferred: torch takes seconds to import, and only generate needs it)
 
     with Progress(f"model {model_path.name}") as loading:
         model = _load_model(model_path)
@@ -391,8 +382,6 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
-    from vegas import token_graph
-
     suffix = Path(args.output).suffix.lower() if args.output else ".dot"
     if suffix not in (".graphml", ".dot", ".gv", ".svg", ".png", ".pdf"):
         raise _CliError(f"cannot write {args.output}: the output ends in .graphml, .dot, .svg, .png or .pdf")

@@ -22,9 +22,13 @@ Floats with an integral value below 1e16 are written as integers (one text per v
 mantissa of exponent forms (``1.0e+16``), which YAML 1.1 readers need to read a float.
 Every text reads back as the value: ``json.loads`` for JSON, any YAML 1.1 or 1.2 reader (``yaml.safe_load``).
 
-Keys of an object come in the schema's ``properties`` order, then the others in the instance's order;
-``format_instance`` walks the schema for that (and for the choice between plain and quoted YAML strings), and
-never validates: an invalid instance gets a text too, which the schema's guide rejects.
+Keys of an object come in the schema's ``properties`` order, then the others in the instance's order.
+
+Here: the writers (``write_value`` and its parts), where a value is written (``Position``, ``TOP``), the layout's
+reading of a schema node (``yaml_always_quoted``; ``matching_patterns``, ``pattern_schema``,
+``with_pattern_schemas``: the schema a key's value takes from ``patternProperties``) and JSON equality and types,
+all of which ``vegas.schema`` writes its regexes with. Left out: walking a schema (``vegas.schema``) and choosing
+an instance's text by that walk (``vegas.instances.format_instance``). Imports nothing from either.
 """
 
 from __future__ import annotations
@@ -32,20 +36,43 @@ from __future__ import annotations
 import functools
 import json
 import re
+from dataclasses import dataclass
 
-from vegas.charset import escape_of
-from automata.errors import CanonmergeError
-from interegular.fsm import anything_else
+from automata import CanonmergeError
 from vegas import lexical
+from vegas.charset import escape_of
 from vegas.lexical import is_plain_safe
 
-__all__ = ["format_instance", "write_value", "write_key"]
+__all__ = ["Position", "TOP", "write_value", "write_key", "write_string", "write_number", "write_scalar",
+           "write_collection", "yaml_always_quoted", "ANNOTATIONS", "json_equal", "json_type", "matching_patterns",
+           "with_pattern_schemas", "pattern_schema"]
+
+# Keywords that annotate a schema and constrain nothing (a schema of only these is "anything").
+ANNOTATIONS = frozenset({
+    "title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment", "readOnly",
+    "writeOnly", "deprecated", "$anchor", "contentMediaType", "contentEncoding", "contentSchema", "discriminator",
+    "$defs", "definitions", "$vocabulary", "xml", "externalDocs"})
 
 
-def _position():
-    from vegas.schema import TOP
+@dataclass(frozen=True)
+class Position:
+    """Where a value is written. JSON ignores it. YAML: ``top`` (the document), ``key`` (after ``key:``) or
+    ``item`` (after a sequence's ``-``); ``indent`` is the column of that key or dash."""
+    where: str = "top"
+    indent: int = 0
 
-    return TOP
+    def scalar_lead(self) -> str:
+        return "" if self.where == "top" else " "
+
+    def block(self) -> tuple[str, str, int]:
+        """(text before the first entry, text between entries, column of the entries) of a block collection."""
+        if self.where == "top":
+            return "", "\n", 0
+        inner = "\n" + " " * (self.indent + 2)
+        return (inner if self.where == "key" else " "), inner, self.indent + 2
+
+
+TOP = Position()
 
 
 def write_string(text: str, style: str, *, plain_ok: bool = True) -> str:
@@ -73,7 +100,9 @@ def write_key(name: str, style: str, *, declared: bool = True) -> str:
     return write_string(name, "yaml", plain_ok=declared) + ":"
 
 
-def _scalar(value, style: str, lead: str, *, plain_ok: bool = True) -> str:
+def write_scalar(value, style: str, lead: str, *, plain_ok: bool = True) -> str:
+    """``lead`` (YAML: the space after ``key:`` or ``-``), then the scalar's text; ``plain_ok=False``: a YAML
+    string double-quoted even where it is plain-safe."""
     if value is None:
         return lead + "null"
     if value is True or value is False:
@@ -83,7 +112,7 @@ def _scalar(value, style: str, lead: str, *, plain_ok: bool = True) -> str:
     return lead + write_string(value, style, plain_ok=plain_ok)
 
 
-def _collection(parts: list[str], opener: str, closer: str, style: str, pos) -> str:
+def write_collection(parts: list[str], opener: str, closer: str, style: str, pos) -> str:
     """``parts`` are entries already written for their position (YAML: ``key:`` + value, or ``-`` + value)."""
     if style == "json":
         return opener + ", ".join(parts) + closer
@@ -93,138 +122,60 @@ def _collection(parts: list[str], opener: str, closer: str, style: str, pos) -> 
     return lead + sep.join(parts)
 
 
-def write_value(value, style: str, pos=None) -> str:
+def write_value(value, style: str, pos: Position = TOP) -> str:
     """``value`` in the layout, keys in the instance's order (no schema)."""
-    from vegas.schema import Position
-
-    pos = pos or _position()
     lead = pos.scalar_lead() if style == "yaml" else ""
     if isinstance(value, dict):
         inner = Position("key", pos.block()[2]) if style == "yaml" else pos
         parts = [write_key(str(k), style, declared=False) + write_value(v, style, inner) for k, v in value.items()]
-        return _collection(parts, "{", "}", style, pos)
+        return write_collection(parts, "{", "}", style, pos)
     if isinstance(value, (list, tuple)):
         inner = Position("item", pos.block()[2]) if style == "yaml" else pos
         dash = "-" if style == "yaml" else ""
-        return _collection([dash + write_value(v, style, inner) for v in value], "[", "]", style, pos)
-    return _scalar(value, style, lead)
+        return write_collection([dash + write_value(v, style, inner) for v in value], "[", "]", style, pos)
+    return write_scalar(value, style, lead)
 
 
-class _Writer:
-    """``format_instance``'s walk: the schema picks key order and YAML quoting; where several alternatives of a
-    node fit the value's type, the first whose regex accepts its text wins (so a valid instance always gets a
-    text its guide accepts)."""
-
-    def __init__(self, compiler):
-        self.compiler, self.style = compiler, compiler.style
-        self._regexes: dict = {}
-
-    def write(self, value, schema, pointer: str, pos, stack: tuple) -> str:
-        from vegas.schema import _json_type
-
-        try:
-            alts = self.compiler.alternatives(schema, pointer, stack)
-        except Exception:  # a schema the compiler refuses still formats: generically
-            alts = []
-        fits = [(alt, t) for alt in alts for t in alt.types if _json_type(value, t)]
-        if not fits:
-            return write_value(value, self.style, pos)
-        if len(fits) > 1:
-            for alt, t in fits:
-                text = self.typed(value, alt, t, pos)
-                regex = self._regex(alt, t, pos)
-                if regex is not None and regex.fullmatch(text):
-                    return text
-        return self.typed(value, *fits[0], pos)
-
-    def _regex(self, alt, type_: str, pos):
-        key = (id(alt.schema), alt.pointer, alt.stack, type_, pos)
-        if key not in self._regexes:
-            regex = self.compiler.typed(alt, type_, pos)
-            self._regexes[key] = (alt.schema, _Matcher.of(regex) if regex is not None else None)
-        return self._regexes[key][1]
-
-    def typed(self, value, alt, type_: str, pos) -> str:
-        from vegas.schema import Position, yaml_always_quoted
-
-        s, style = alt.schema, self.style
-        lead = pos.scalar_lead() if style == "yaml" else ""
-        if "enum" in s or "const" in s:  # the schema's own spelling of an equal member (its key order)
-            from vegas.schema import _json_equal
-
-            members = s["enum"] if "enum" in s else [s["const"]]
-            same = [m for m in members if _json_equal(m, value)] if isinstance(members, list) else []
-            return write_value(same[0] if same else value, style, pos)
-        if type_ == "string":
-            return _scalar(value, style, lead, plain_ok=not yaml_always_quoted(s))
-        if type_ == "array":
-            items, prefix = s.get("items", True), s.get("prefixItems", [])
-            if isinstance(items, list):
-                prefix, items = items, s.get("additionalItems", True)
-            inner = Position("item", pos.block()[2]) if style == "yaml" else pos
-            dash = "-" if style == "yaml" else ""
-            parts = []
-            for i, item in enumerate(value):
-                sub, where = (prefix[i], f"{alt.pointer}/prefixItems/{i}") if i < len(prefix) else \
-                    (items, f"{alt.pointer}/items")
-                parts.append(dash + self.write(item, sub, where, inner, alt.stack))
-            return _collection(parts, "[", "]", style, pos)
-        if type_ == "object":
-            props = dict(s.get("properties", {}))
-            additional = s.get("additionalProperties", False if self.compiler.strict else True)
-            for name in s.get("required", []):
-                props.setdefault(name, additional)
-            inner = Position("key", pos.block()[2]) if style == "yaml" else pos
-            order = [k for k in props if k in value] + [k for k in value if k not in props]
-            parts = []
-            for name in order:
-                if name in props:
-                    sub = with_pattern_schemas(s, str(name), props[name], style, alt.pointer)
-                    where = f"{alt.pointer}/properties/{name}"
-                elif matched := matching_patterns(s, str(name), style):
-                    sub, where = pattern_schema(s, matched, alt.pointer)
-                else:
-                    sub, where = additional, f"{alt.pointer}/additionalProperties"
-                parts.append(write_key(str(name), style, declared=name in props) +
-                             self.write(value[name], sub, where, inner, alt.stack))
-            return _collection(parts, "{", "}", style, pos)
-        return _scalar(value, style, lead)
+def yaml_always_quoted(schema: dict) -> bool:
+    """Whether a YAML string of this schema is double-quoted even where it is plain-safe: strings with a length
+    bound, a pattern or a known format (a regex could not split their plain and quoted forms), and strings of
+    schemas that constrain nothing (``true``, ``{}``: keeps the regex of "any value" small)."""
+    fmt = schema.get("format")
+    return (schema.get("minLength", 0) > 0 or schema.get("maxLength") is not None or "pattern" in schema
+            or (isinstance(fmt, str) and lexical.format_regex(fmt) is not None)
+            or not (schema.keys() - ANNOTATIONS))
 
 
-class _Matcher:
-    """``fullmatch`` of a schema regex in linear time, on its character DFA: Python's ``re`` backtracks, and on the
-    nested alternatives of overlapping ``oneOf`` branches written exclusively (MaskBench's o84270) one match ran
-    for minutes. An alternative whose DFA is too large matches nothing (the next one is tried)."""
-
-    def __init__(self, regex: str):
-        from automata.regex import _char_dfa
-
-        self._rows = None  # (None: the DFA is too large; nothing matches)
-        try:
-            table, accepting, start, mapping = _char_dfa(regex, _MAX_MATCH_STATES)
-        except CanonmergeError:
-            return
-        self._rows = table.tolist()
-        self._accepting, self._start, self._mapping = accepting.tolist(), start, mapping
-        self._other = mapping[anything_else]
-
-    @staticmethod
-    @functools.lru_cache(maxsize=256)
-    def of(regex: str) -> "_Matcher":
-        return _Matcher(regex)
-
-    def fullmatch(self, text: str) -> bool:
-        if self._rows is None:
-            return False
-        rows, mapping, other, q = self._rows, self._mapping, self._other, self._start
-        for ch in text:
-            q = rows[q][mapping.get(ch, other)]
-            if q < 0:
-                return False
-        return self._accepting[q]
+def json_equal(a, b) -> bool:
+    """Equality of JSON values (``1 == 1.0``, but ``True != 1``)."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return isinstance(a, bool) and isinstance(b, bool) and a == b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return a == b
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(json_equal, a, b))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(json_equal(a[k], b[k]) for k in a)
+    return a == b
 
 
-_MAX_MATCH_STATES = 100_000
+def json_type(value, type_: str) -> bool:
+    """Whether ``value`` (a Python value read from JSON) has the JSON Schema type ``type_``."""
+    if type_ == "null":
+        return value is None
+    if type_ == "boolean":
+        return isinstance(value, bool)
+    if type_ == "integer":
+        return isinstance(value, int) and not isinstance(value, bool)
+    if type_ == "number":
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if type_ == "string":
+        return isinstance(value, str)
+    if type_ == "array":
+        return isinstance(value, list)
+    return isinstance(value, dict)
 
 
 def matching_patterns(schema: dict, name: str, style: str) -> list[str]:
@@ -262,21 +213,3 @@ def pattern_schema(schema: dict, patterns: list[str], pointer: str) -> tuple[obj
 def _written_keys(pattern: str, style: str) -> re.Pattern:
     """The compiled regex of the keys, as written, in which ``pattern`` finds a match (read once per pattern)."""
     return re.compile(lexical.pattern_regex(pattern, style, "#"))
-
-
-def format_instance(instance, schema, *, style: str = "json", strict: bool = False, max_recursion: int = 3,
-                    any_depth: int = 2) -> str:
-    """The one text that the guide of ``schema`` (same options) accepts for ``instance``, if it is valid.
-
-    >>> format_instance({"age": 36, "name": "Ada"}, {"properties": {"name": {"type": "string"}, "age": {}}})
-    '{"name": "Ada", "age": 36}'
-    >>> print(format_instance({"name": "Ada", "tags": ["math", "poetry"]}, {}, style="yaml"))
-    name: Ada
-    tags:
-      - math
-      - poetry
-    """
-    from vegas.schema import TOP, Compiler, load_schema
-
-    compiler = Compiler(load_schema(schema), style, strict=strict, max_recursion=max_recursion, any_depth=any_depth)
-    return _Writer(compiler).write(instance, compiler.root, "#", TOP, ())

@@ -2,7 +2,10 @@
 
 The walk normalises each schema node into *alternatives* (``$ref`` resolved, ``allOf`` merged, ``anyOf``/``oneOf``
 distributed over the node's other keywords), each with the set of JSON types it admits, and writes one regex
-per (alternative, type, position). ``vegas.layout`` writes instances by the same walk, so the two agree.
+per (alternative, type, position), with the layout's writers (``vegas.layout``, which knows nothing of this
+walk); ``vegas.instances.format_instance`` writes instances by the same walk, so the two agree. ``Compiler.load``
+sets a compiler up from a schema as the public functions take it; ``leaves=True`` writes the skeleton that
+``product.compile_stitched`` cuts into fragments (``vegas.compile_schema``).
 
 Exact, for instances written in the layout (``vegas.layout``): ``type`` (and lists), ``properties``, ``required``,
 ``additionalProperties`` (false, true or a schema; absent = true as the standard says, ``strict=True`` makes it
@@ -38,14 +41,26 @@ import math
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
+from automata import RegexError, StateLimitError, from_regex
+from automata.regions import regions
+from product import PLACEHOLDERS, StitchError
 from vegas import lexical
 from vegas.charset import ANY, CharSet, escape_of, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
-from automata.errors import RegexError, StateLimitError
-from automata.regions import regions
-from vegas.layout import pattern_schema, with_pattern_schemas, write_key, write_value
+from vegas.layout import (
+    ANNOTATIONS,
+    TOP,
+    Position,
+    json_equal,
+    json_type,
+    pattern_schema,
+    with_pattern_schemas,
+    write_key,
+    write_value,
+    yaml_always_quoted,
+)
 
-__all__ = ["schema_regex", "Position", "TOP"]
+__all__ = ["schema_regex", "load_schema", "Compiler", "Alternative"]
 
 TYPES = ("null", "boolean", "object", "array", "number", "integer", "string")
 _SCALARS = ("null", "boolean", "number", "string")
@@ -53,9 +68,6 @@ _MAX_NEGATION_DEPTH = 8  # schemas nested in a negation (through $ref, propertie
 _MAX_EXCLUSIVE = 64  # alternatives at most from overlapping oneOf branches written exclusively (Compiler._exclusive)
 _ANY_MARK = "*"  # on an alternative's stack: one level of a true schema's nesting
 _ITEMS = ("items", "prefixItems", "additionalItems")
-_ANNOTATIONS = {"title", "description", "default", "examples", "example", "$schema", "$id", "id", "$comment",
-                "readOnly", "writeOnly", "deprecated", "$anchor", "contentMediaType", "contentEncoding",
-                "contentSchema", "discriminator", "$defs", "definitions", "$vocabulary", "xml", "externalDocs"}
 _UNSUPPORTED = {"not", "if", "then", "else", "propertyNames", "minProperties", "maxProperties", "uniqueItems", "contains",
                 "minContains", "maxContains", "multipleOf", "unevaluatedProperties", "unevaluatedItems",
                 "$dynamicRef", "$recursiveRef", "$dynamicAnchor", "$recursiveAnchor"}
@@ -68,27 +80,6 @@ _BY_TYPE = {
 _BY_TYPE["integer"] = _BY_TYPE["number"]
 # (style, strict, any_depth, position, depth) -> the regex of any value written there (``Compiler.value``)
 _ANYTHING: dict[tuple, str | None] = {}
-
-
-@dataclass(frozen=True)
-class Position:
-    """Where a value is written. JSON ignores it. YAML: ``top`` (the document), ``key`` (after ``key:``) or
-    ``item`` (after a sequence's ``-``); ``indent`` is the column of that key or dash."""
-    where: str = "top"
-    indent: int = 0
-
-    def scalar_lead(self) -> str:
-        return "" if self.where == "top" else " "
-
-    def block(self) -> tuple[str, str, int]:
-        """(text before the first entry, text between entries, column of the entries) of a block collection."""
-        if self.where == "top":
-            return "", "\n", 0
-        inner = "\n" + " " * (self.indent + 2)
-        return (inner if self.where == "key" else " "), inner, self.indent + 2
-
-
-TOP = Position()
 
 
 @dataclass
@@ -149,13 +140,25 @@ class Compiler:
         # holds whole blocks, whose line breaks the skeleton can cut where the leaf could not)
         self.any_leaf = any_leaf
 
+    @classmethod
+    def load(cls, schema, style: str = "json", **options) -> Compiler:
+        """The compiler of ``schema`` as the public functions take it: a dict/bool, a JSON string, or a class with
+        ``model_json_schema()`` (``load_schema``); ``options`` are ``Compiler``'s."""
+        return cls(load_schema(schema), style, **options)
+
+    def document(self) -> str:
+        """The regex of a whole document: the root written at the top (in skeleton mode, the skeleton).
+        ``SchemaError`` if no instance satisfies the schema."""
+        regex = self.value(self.root, "#", TOP)
+        if regex is None:
+            raise SchemaError("no instance satisfies the schema", pointer="#")
+        return regex
+
     def leaf(self, regex: str | None) -> str | None:
         """``regex`` itself, or in skeleton mode the placeholder character standing for it."""
         if regex is None or self.leaves is None:
             return regex
         if regex not in self._leaf_of:
-            from product.stitched import PLACEHOLDERS, StitchError
-
             if len(self._leaf_of) >= len(PLACEHOLDERS):
                 raise StitchError(f"more than {len(PLACEHOLDERS)} distinct leaf regexes")
             char = chr(PLACEHOLDERS[len(self._leaf_of)])
@@ -224,10 +227,10 @@ class Compiler:
             if stack.count(target_pointer) >= self.max_recursion:
                 return []  # recursion unrolled max_recursion times: deeper instances are not generated
             stack = stack + (target_pointer,)
-            rest = {k: v for k, v in schema.items() if k not in _ANNOTATIONS}
+            rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
             if not rest:
                 return self.alternatives(target, target_pointer, stack)
-            schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in _ANNOTATIONS}}
+            schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in ANNOTATIONS}}
         for keyword in ("dependencies", "dependentRequired", "dependentSchemas"):
             if schema.get(keyword):
                 return self._dependent(schema, keyword, pointer, stack)
@@ -342,7 +345,7 @@ class Compiler:
             return True
         if not isinstance(negated, dict):
             raise SchemaError(f"not must be a schema, not {json.dumps(negated)[:60]}", keyword="not", pointer=pointer)
-        keywords = {k: v for k, v in negated.items() if k not in _ANNOTATIONS}
+        keywords = {k: v for k, v in negated.items() if k not in ANNOTATIONS}
         if depth > _MAX_NEGATION_DEPTH or "additionalProperties" in keywords or "patternProperties" in keywords:
             return None
         parts = []
@@ -443,7 +446,7 @@ class Compiler:
                 raise UnsupportedSchemaError("allOf/anyOf combining patternProperties with other property keywords",
                                              keyword="patternProperties", pointer=at)
         for key, value in sb.items():
-            if key in ("type", "nullable", "properties", "additionalProperties") or key in _ANNOTATIONS:
+            if key in ("type", "nullable", "properties", "additionalProperties") or key in ANNOTATIONS:
                 continue
             if key not in merged:
                 merged[key] = value
@@ -460,12 +463,12 @@ class Compiler:
             elif key in ("enum", "const"):
                 mine = merged[key] if key == "enum" else [merged[key]]
                 theirs = value if key == "enum" else [value]
-                both = [v for v in mine if any(_json_equal(v, w) for w in theirs)]
+                both = [v for v in mine if any(json_equal(v, w) for w in theirs)]
                 if not both:
                     return None
                 merged.pop(key)
                 merged["enum"] = both if "enum" not in merged else \
-                    [v for v in both if any(_json_equal(v, w) for w in merged["enum"])]
+                    [v for v in both if any(json_equal(v, w) for w in merged["enum"])]
             elif key == "pattern" and _EXCLUDED in sa and _EXCLUDED in sb:  # two negated enums: their union's
                 merged[_EXCLUDED] = tuple(sorted({*sa[_EXCLUDED], *sb[_EXCLUDED]}))
                 merged[key] = _exclusion_pattern(merged[_EXCLUDED])
@@ -515,8 +518,6 @@ class Compiler:
         """oneOf is the union of its branches only when no instance satisfies two of them. A pair is disjoint
         when their merge (the schema of instances satisfying both) has no text; branches of scalar types only
         (one text per value) are compared on their automata instead when they cannot be merged (two patterns)."""
-        from automata import from_regex
-
         for i in range(len(alts)):
             for j in range(i + 1, len(alts)):
                 a, b = alts[i], alts[j]
@@ -600,8 +601,8 @@ class Compiler:
         if not isinstance(values, list):
             raise SchemaError("enum must be an array", keyword="enum", pointer=alt.pointer)
         if "enum" in alt.schema and "const" in alt.schema:  # both, from two sides of a merge
-            values = [v for v in values if _json_equal(v, alt.schema["const"])]
-        texts = [write_value(v, self.style, pos) for v in values if _json_type(v, type_)
+            values = [v for v in values if json_equal(v, alt.schema["const"])]
+        texts = [write_value(v, self.style, pos) for v in values if json_type(v, type_)
                  and _satisfies_scalar_keywords(v, alt.schema)]
         lead = pos.scalar_lead() if self.style == "yaml" and type_ not in ("object", "array") else ""
         if not texts:
@@ -888,49 +889,8 @@ def _count(schema: dict, keyword: str, default, pointer: str):
     return int(value)
 
 
-def yaml_always_quoted(schema: dict) -> bool:
-    """Whether a YAML string of this schema is double-quoted even where it is plain-safe: strings with a length
-    bound, a pattern or a known format (a regex could not split their plain and quoted forms), and strings of
-    schemas that constrain nothing (``true``, ``{}``: keeps the regex of "any value" small)."""
-    fmt = schema.get("format")
-    return (schema.get("minLength", 0) > 0 or schema.get("maxLength") is not None or "pattern" in schema
-            or (isinstance(fmt, str) and lexical.format_regex(fmt) is not None)
-            or not (schema.keys() - _ANNOTATIONS))
-
-
 def _escape_pointer(name: str) -> str:
     return name.replace("~", "~0").replace("/", "~1")
-
-
-def _json_equal(a, b) -> bool:
-    """Equality of JSON values (``1 == 1.0``, but ``True != 1``)."""
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
-        return a == b
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, list):
-        return len(a) == len(b) and all(map(_json_equal, a, b))
-    if isinstance(a, dict):
-        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
-    return a == b
-
-
-def _json_type(value, type_: str) -> bool:
-    if type_ == "null":
-        return value is None
-    if type_ == "boolean":
-        return isinstance(value, bool)
-    if type_ == "integer":
-        return isinstance(value, int) and not isinstance(value, bool)
-    if type_ == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if type_ == "string":
-        return isinstance(value, str)
-    if type_ == "array":
-        return isinstance(value, list)
-    return isinstance(value, dict)
 
 
 def _satisfies_scalar_keywords(value, schema: dict) -> bool:
@@ -956,11 +916,7 @@ def schema_regex(schema, style: str = "json", *, strict: bool = False, max_recur
                  any_depth: int = 2) -> str:
     """The regex (``re.fullmatch`` semantics) of the texts of all instances of ``schema`` in the layout of
     ``style``. ``schema`` is a dict, a JSON string, or a class with ``model_json_schema()`` (pydantic)."""
-    compiler = Compiler(load_schema(schema), style, strict=strict, max_recursion=max_recursion, any_depth=any_depth)
-    regex = compiler.value(compiler.root, "#", TOP)
-    if regex is None:
-        raise SchemaError("no instance satisfies the schema", pointer="#")
-    return regex
+    return Compiler.load(schema, style, strict=strict, max_recursion=max_recursion, any_depth=any_depth).document()
 
 
 def load_schema(schema):

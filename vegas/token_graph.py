@@ -24,7 +24,7 @@ import networkx as nx
 import numpy as np
 
 from automata import DFA, MISSING, Alphabet, StateLimitError
-from bpe.direct_merge import TokenDFA
+from bpe import TokenDFA
 from product import Guide
 
 __all__ = ["token_automaton", "to_networkx", "write_graphml", "write_dot", "token_text"]

@@ -15,8 +15,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jsonschema
 import networkx as nx
 import pytest
+import yaml
 
 from automata import from_regex
 from tests.support import runtime_of
@@ -32,9 +34,6 @@ def canonmerge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
 
 
 def test_generate_writes_yaml_that_validates_against_the_example_schema():
-    import jsonschema
-    import yaml
-
     schema_file = ROOT / "vegas" / "examples" / "person.json"
     done = canonmerge("generate", "--schema", str(schema_file), "--format", "yaml", "--chat", "--print-json",
                       "--max-tokens", "120", "Describe a fictional person.")

@@ -4,6 +4,7 @@ text that parses, validates and is canonical. Oracles: ``jsonschema`` (the valid
 readers), the ``tokenizers`` runtime (canonical encodings), the official JSON-Schema-Test-Suite."""
 
 import contextlib
+import datetime
 import gc
 import itertools
 import json
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 import product
 import vegas
 from bpe.assets import json_schema_test_suite
+from product.counted import CountedGuide
 from tests.schema_cases import INVALID, PERSON, SCHEMAS, VALID
 from tests.support import automaton_of, runtime_of
 from vegas import SchemaError, UnsupportedSchemaError, format_instance, schema_regex
@@ -254,7 +256,7 @@ def test_schemas_come_as_dicts_json_strings_or_model_classes():
 
 
 def test_no_garbage_collection_runs_inside_a_compile_and_the_collector_is_restored():
-    """A compile pauses the cyclic collector (product._gc_pause). With a threshold that starts a collection at
+    """A compile pauses the cyclic collector (vegas._gc_pause). With a threshold that starts a collection at
     almost every allocation, the same compile unpaused (``vegas._compile_schema``) starts over a thousand; paused,
     only the few around the pause. After it (also after an error, and when the collector was off) the collector
     is as it was."""
@@ -551,8 +553,6 @@ _DATE = re.compile(schema_regex({"type": "string", "format": "date"}))
 def test_dates_are_calendar_dates(year, month, day):
     """format: date (and date-time) admits exactly what datetime.date.fromisoformat does: each month's days,
     February 29th in leap years (MaskBench's invalid instances include February 30th)."""
-    import datetime
-
     text = f"{year:04d}-{month:02d}-{day:02d}"
     try:
         datetime.date.fromisoformat(text)
@@ -573,15 +573,12 @@ def test_long_length_bounds_compile_within_the_default_state_limit():
     """maxLength: 100 on three strings (issue: unrolled, one such string exceeded 100,000 product nodes on
     Llama-3): compiled with the iteration count beside the state, in the fragments that hold the strings; exact
     at the bound."""
-    from product.counted import CountedGuide
-    from product.stitched import StitchedGuide
-
     bounded = {"type": "string", "maxLength": 100}
     schema = {"type": "object", "properties": {"a": bounded, "b": bounded, "c": bounded},
               "required": ["a", "b", "c"], "additionalProperties": False}
     canonical, runtime = automaton_of("llama3"), runtime_of("llama3")
     guide = vegas.compile_schema(schema, canonical)
-    assert isinstance(guide, StitchedGuide)
+    assert isinstance(guide, product.StitchedGuide)
     counted = [g for g in guide._guides if isinstance(g, CountedGuide)]
     assert counted and all(g.num_nodes < 100_000 for g in counted)
     for length, valid in ((0, True), (37, True), (100, True), (101, False)):
