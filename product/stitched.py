@@ -87,6 +87,7 @@ class _SoftExits(Exception):
         self.exits = exits
 
 
+@dataclass(eq=False)
 class Fragment:
     """A compiled fragment: its guide (started in ``entry_context``), and per guide node the exits it is at,
     ``exit_sets[exit_of_node[node]]`` (-1: none; exit 0 is the end of the text, k >= 1 the fragment's k-th cut
