@@ -8,7 +8,8 @@ Public: ``compile_schema`` (a schema -> a ``product.Guide``), ``format_instance`
 guide accepts for it), ``schema_regex`` (the regex both are built on), ``SchemaError``,
 ``UnsupportedSchemaError``. The modules: ``vegas.layout`` (how values are written), ``vegas.schema`` (the
 supported keywords and the regex walk), ``vegas.instances`` (``format_instance``), ``vegas.lexical`` and
-``vegas.charset`` (strings, numbers, formats, patterns as regexes), ``vegas.token_graph`` and ``vegas.cli``.
+``vegas.charset`` (strings, numbers, formats, patterns as regexes), ``vegas.token_graph`` (a guide's token
+automaton, to look at) and ``vegas.cli`` (``canonmerge``).
 
     >>> import vegas
     >>> schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

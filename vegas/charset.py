@@ -12,6 +12,7 @@ over the written text goes through here, so the regexes and ``vegas.layout``'s w
 - ``literal(text)``: a regex matching exactly ``text``.
 
 Regexes use raw characters (interegular parses no ``\\u`` escapes) and ``\\xNN`` for control characters.
+Leaves out: anything longer than one character (whole values are ``vegas.lexical``'s) and surrogates.
 """
 
 from __future__ import annotations

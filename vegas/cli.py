@@ -7,6 +7,9 @@
     canonmerge graph PATTERN -o FILE
                                  export the token-level canonical automaton of a small regex (GraphML, DOT; SVG/PNG
                                  through Graphviz's dot when it is installed)
+    canonmerge compile-schema SCHEMA
+                                 compile a JSON Schema (``--style json|yaml``) for a tokenizer and print the regex
+                                 size, fragments reused and compiled, guide size and compile time
     canonmerge regex PATTERN     compile a regex to a byte-level DFA and print its size (``--dot`` prints DOT)
     canonmerge compile-tokenizer [SOURCE]
                                  build (or load from the cache) a tokenizer's canonical automaton and print its size

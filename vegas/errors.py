@@ -1,4 +1,8 @@
-"""Errors about schemas: every one names the keyword and the JSON pointer of the schema node it is about."""
+"""Errors about schemas: every one names the keyword and the JSON pointer of the schema node it is about.
+
+Leaves out: errors of the compile below the schema (``automata``'s, ``bpe``'s, ``product``'s), which
+``vegas.compile_schema`` passes through as they are.
+"""
 
 from __future__ import annotations
 

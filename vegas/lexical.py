@@ -14,7 +14,8 @@ regular language can.
 YAML plain scalars: a string is written plain when it is *plain-safe*: it starts with a letter or ``_``, its other
 characters are letters, digits, spaces or ``_.,'()/+-!?&;``, it does not end with a space, and it is not one of the
 words YAML 1.1 or 1.2 readers turn into a boolean or null (``yes``, ``No``, ``on``, ``NULL``, ``y``, …). Every other
-string is double-quoted (and so are strings whose schema bounds their length or gives a pattern or format). That rule reads back the same string in every YAML 1.1 and 1.2 reader.
+string is double-quoted (and so are strings whose schema bounds their length or gives a pattern or format). That
+rule reads back the same string in every YAML 1.1 and 1.2 reader.
 """
 
 from __future__ import annotations
