@@ -348,6 +348,3 @@ def utf8_dfa(class_target: np.ndarray, accepting: np.ndarray, start: int, mappin
         rows[:, :, 0x80:0xC0] = block
     table[table == np.int64(MISSING)] = MISSING
     return DFA(table, np.concatenate([accepting, np.zeros(total - num_char_states, bool)]), start, Alphabet.bytes())
-
-# Old private names, kept until product/ and vegas/ import the public ones (removed in the same session).
-_char_dfa, _utf8_dfa = char_dfa, utf8_dfa

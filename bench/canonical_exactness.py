@@ -19,8 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from conftest import automaton_of, model_of, runtime_of  # noqa: E402
-from test_canonical_automaton import (  # noqa: E402
-    _encode, _is_canonical, _pairwise_verdicts, _real_texts, _respellings)
+from test_canonical_automaton import _encode, _is_canonical, _pairwise_verdicts, _real_texts, _respellings  # noqa: E402
 
 
 def ignore_merges_disagreements(name: str) -> dict:

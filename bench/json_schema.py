@@ -110,6 +110,7 @@ class _CanonmergeEngine:
         of every value type is compiled (memory only), masked and walked, then the in-memory fragments are
         dropped: each schema's first compile still reuses only what earlier schemas of the run compiled."""
         import torch
+
         from product.stitched import fragment_library
 
         schema = {"type": "object", "required": ["s"], "properties": {

@@ -7,7 +7,7 @@ in-memory library may have evicted an earlier schema's fragments by the end of t
 runs with timers around the compile's phases and one under cProfile (aggregated over all schemas):
 
 - ``skeleton regex``: ``vegas.schema.Compiler`` walks the schema and writes the skeleton and its leaves;
-- ``skeleton DFA``: ``product.stitched._Skeleton`` (the skeleton's character DFA and its cut states);
+- ``skeleton DFA``: ``product.compiler.skeleton.Skeleton`` (the skeleton's character DFA and its cut states);
 - ``fragments``: ``compile_stitched`` up to the guide (fragment regexes written, looked up in the library,
   instances and their exits);
 - ``guide + first mask``: ``StitchedGuide.__init__`` (the instances' tables and the initial state's mask).
@@ -37,14 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from json_schema import select_files  # noqa: E402
 
+from product import StitchedGuide  # noqa: E402
+from product.compiler.skeleton import Skeleton  # noqa: E402
+from vegas.schema import Compiler  # noqa: E402
+
 
 def _phase_timers(totals: dict[str, float]):
     """Wrap the compile's phases with timers adding into ``totals``; returns a function undoing it."""
-    import product.stitched as stitched
-    import vegas.schema as schema
-
-    wrapped = [(schema.Compiler, "value", "skeleton regex"), (stitched._Skeleton, "__init__", "skeleton DFA"),
-               (stitched.StitchedGuide, "__init__", "guide + first mask")]
+    wrapped = [(Compiler, "value", "skeleton regex"), (Skeleton, "__init__", "skeleton DFA"),
+               (StitchedGuide, "__init__", "guide + first mask")]
     originals = []
     depth = defaultdict(int)
     for owner, attr, phase in wrapped:

@@ -286,8 +286,6 @@ class CanonicalAutomaton:
             digest.update(np.ascontiguousarray(a).data)
         return digest.hexdigest()
 
-    _digest = digest  # the old name, until product/library.py calls ``digest``
-
     def save(self, path: str | os.PathLike, key: str = "") -> None:
         """Write atomically (temp file + rename) as ``.npz`` with a SHA-256 of every array; no pickle."""
         meta = json.dumps({"format": FORMAT_VERSION, "key": key, "sha256": self.digest(key)})

@@ -109,6 +109,3 @@ def _save(model, folder: Path) -> None:
         model.generation_config.to_json_file(str(tmp / "generation_config.json"))
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
         (tmp / _MANIFEST).write_text(json.dumps({"files": files}, indent=1), encoding="utf-8")
-
-
-_verified = verified_folder  # the old name, until tests/product/test_generation.py imports the public one

@@ -48,7 +48,7 @@ def _library_dir(cache_root: str | None, home: str | None) -> Path:
 
 
 def _automaton_digest(canonical: CanonicalAutomaton) -> str:
-    return per_automaton(canonical, "digest", lambda: canonical._digest("fragments"))
+    return per_automaton(canonical, "digest", lambda: canonical.digest("fragments"))
 
 
 class FragmentStore:

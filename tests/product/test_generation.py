@@ -74,12 +74,12 @@ def test_a_gguf_models_cached_weights_equal_its_own_and_a_changed_byte_is_caught
     cache and gives the same tensors, tied weights and logits; a cache whose file changed fails its check and is
     deleted (the next load rebuilds it), never trusted."""
     from bpe.assets import asset_path
-    from bpe.lm_cache import _verified, load_causal_lm
+    from bpe.lm_cache import load_causal_lm, verified_folder
 
     gguf = asset_path("smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
     dequantised = load_causal_lm(gguf, cache=tmp_path)
     (folder,) = [p for p in tmp_path.iterdir() if not p.name.startswith(".")]
-    assert _verified(folder) and [p for p in tmp_path.iterdir()] == [folder]  # no temporary folder left
+    assert verified_folder(folder) and [p for p in tmp_path.iterdir()] == [folder]  # no temporary folder left
     cached = load_causal_lm(gguf, cache=tmp_path)
     expected, got = dequantised.state_dict(), cached.state_dict()
     assert set(got) == set(expected) and all(torch.equal(got[k], expected[k]) for k in expected)
@@ -93,4 +93,4 @@ def test_a_gguf_models_cached_weights_equal_its_own_and_a_changed_byte_is_caught
         byte = f.read(1)
         f.seek(-3, 2)
         f.write(bytes([byte[0] ^ 0x40]))
-    assert not _verified(folder) and not folder.exists()
+    assert not verified_folder(folder) and not folder.exists()
