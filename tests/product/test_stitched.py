@@ -16,7 +16,7 @@ from product.compiler.skeleton import Skeleton, _inner_pairs
 from product.stitched import PLACEHOLDERS, StitchedGuide, compile_stitched, fragment_library
 from tests.schema_cases import SCHEMAS, VALID
 from tests.support import automaton_of, runtime_of
-from vegas.schema import TOP, Compiler, load_schema
+from vegas.schema import Compiler
 
 # schemas whose skeletons branch on overlapping leaves (number | integer in oneOf branches sharing a key), with
 # optional keys, nested arrays of objects, additional properties of any type, and enums
@@ -39,8 +39,8 @@ CASES = dict(SCHEMAS, overlapping=OVERLAPPING, nested=NESTED)
 
 def _pair(schema, canonical, style):
     """(stitched guide, whole-regex guide) of one schema."""
-    compiler = Compiler(load_schema(schema), style, leaves=True)
-    skeleton = compiler.value(compiler.root, "#", TOP)
+    compiler = Compiler.load(schema, style, leaves=True)
+    skeleton = compiler.document()
     stitched = compile_stitched(skeleton, compiler.leaves, canonical)
     whole = product.compile_regex(vegas.schema_regex(schema, style), canonical)
     return stitched, whole
@@ -194,8 +194,8 @@ def test_finely_cut_yaml_guides_have_the_whole_regex_masks():
     schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {  # other keys: anything
         "b": {"type": "object", "properties": {"c": {"type": "integer"}}}, "d": {"type": "string"}}},
         "e": {"type": "array", "items": {"type": "object", "properties": {"f": {"type": "boolean"}}}}}}
-    compiler = Compiler(load_schema(schema), "yaml", leaves=True, any_leaf=False)
-    stitched = compile_stitched(compiler.value(compiler.root, "#", TOP), compiler.leaves, canonical, fine_cuts=True)
+    compiler = Compiler.load(schema, "yaml", leaves=True, any_leaf=False)
+    stitched = compile_stitched(compiler.document(), compiler.leaves, canonical, fine_cuts=True)
     whole = product.compile_regex(vegas.schema_regex(schema, "yaml"), canonical)
     assert isinstance(stitched, StitchedGuide)
     values = [{"a": {"b": {"c": 1}, "d": "x y", "g": [1, {"h": None}]}, "e": [{"f": True}, {}]}, {"a": {"d": "Z"}}]
@@ -240,8 +240,8 @@ def test_the_memory_library_keeps_to_its_byte_budget():
     canonical = automaton_of("gpt2")
     schema = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer"},
                                                "tags": {"type": "array", "items": {"enum": ["a", "b"]}}}}
-    compiler = Compiler(load_schema(schema), "json", leaves=True)
-    skeleton = compiler.value(compiler.root, "#", TOP)
+    compiler = Compiler.load(schema, "json", leaves=True)
+    skeleton = compiler.document()
     roomy = FragmentLibrary(canonical)
     reference = compile_stitched(skeleton, compiler.leaves, canonical, library=roomy)
     total = roomy.memory_bytes
@@ -279,8 +279,8 @@ def test_the_on_disk_library_serves_fragments_and_survives_corrupt_files(tmp_pat
     canonical = automaton_of("gpt2")
     schema = {"type": "object", "properties": {"title": {"type": "string"}, "year": {"type": "integer"},
                                                "tags": {"type": "array", "items": {"enum": ["a", "b"]}}}}
-    compiler = Compiler(load_schema(schema), "json", leaves=True)
-    skeleton = compiler.value(compiler.root, "#", TOP)
+    compiler = Compiler.load(schema, "json", leaves=True)
+    skeleton = compiler.document()
 
     def compile_fresh(store):  # a new process's view: an empty memory library
         return compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), store=store)
@@ -329,8 +329,8 @@ def test_counted_fragments_are_reused_from_the_library_and_round_trip_through_di
     from product.stitched import FragmentLibrary
 
     canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
-    compiler = Compiler(load_schema(COUNTED), "json", leaves=True)
-    skeleton = compiler.value(compiler.root, "#", TOP)
+    compiler = Compiler.load(COUNTED, "json", leaves=True)
+    skeleton = compiler.document()
     library = FragmentLibrary(canonical)
     first = compile_stitched(skeleton, compiler.leaves, canonical, library=library, store=FragmentStore(tmp_path))
     assert sum(isinstance(g, CountedGuide) for g in {id(g): g for g in first._guides}.values()) == 2
