@@ -1,5 +1,6 @@
-"""Counted repetitions (``product.counted``): the counter guide against the unrolled guide (exact, tested in
-test_guide.py) and against the real runtime; node counts independent of the bound; the fallbacks."""
+"""Counted repetitions (``product.counted``, ``product.compiler.counted``): the counter guide against the unrolled
+guide (exact, tested in test_guide.py) and against the real runtime; node counts independent of the bound; the
+fallbacks."""
 
 import re
 

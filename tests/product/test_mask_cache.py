@@ -1,4 +1,5 @@
-"""The mask cache's index (``product._mask_cache``) against an ``OrderedDict`` LRU, the structure it replaced."""
+"""The mask cache's index (``product.runtime.mask_cache``) against an ``OrderedDict`` LRU, the structure it
+replaced."""
 
 from collections import OrderedDict
 

@@ -1,6 +1,6 @@
-"""apply_bitmask's implementations (product._mask_kernel) against plain boolean masking: every dtype, padded
-vocabularies, row indices (other rows untouched), bad input refused before anything is written. The Triton kernel
-runs on a GPU when one is present and through Triton's interpreter on a CPU."""
+"""apply_bitmask's implementations (product.runtime.kernels.device) against plain boolean masking: every dtype,
+padded vocabularies, row indices (other rows untouched), bad input refused before anything is written. The Triton
+kernel runs on a GPU when one is present and through Triton's interpreter on a CPU."""
 
 import numpy as np
 import pytest
