@@ -251,7 +251,7 @@ _KERNEL = dict(cache=True, nogil=True)
 @njit(**_KERNEL)
 def group_by(keys, values, num_keys):
     """``values`` grouped by their ``keys`` (counting sort, stable; negative keys dropped): the values of key k are
-    ``grouped[bounds[k]:bounds[k + 1]]``. (Predecessor lists here and in ``product.guide``.)"""
+    ``grouped[bounds[k]:bounds[k + 1]]``: e.g. the predecessor lists of a graph, from its edges."""
     bounds = np.zeros(num_keys + 1, dtype=np.int64)
     for k in keys:
         if k >= 0:
