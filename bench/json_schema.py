@@ -78,7 +78,8 @@ sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
 MASKBENCH = REPO.parent / "shared" / "maskbench"
-SPLITS = ("Glaiveai2K", "Github_trivial", "Github_easy", "Snowplow")
+SPLITS = ("Glaiveai2K", "Github_trivial", "Github_easy", "Snowplow", "Github_medium", "Github_hard", "Kubernetes",
+          "JsonSchemaStore")
 CANONMERGE_ENGINES = ("canonmerge-json", "canonmerge-yaml")
 PEER_ENGINES = ("llguidance", "xgrammar", "outlines-core")
 ENGINES = CANONMERGE_ENGINES + PEER_ENGINES
@@ -100,6 +101,7 @@ class _CanonmergeEngine:
         self.style = style
         self.runtime = runtime
         self.canonical = compile_tokenizer(tokenizer_source(tokenizer))
+        self.library_dir = None  # the default library (--first-sight: a fresh copy of a warmed one per schema)
         self.layout = f"vegas.format_instance(style={style!r})"
         self._first = np.zeros((1, (self.canonical.vocab_size + 31) // 32), dtype=np.uint32)
         self._warm_up()
@@ -127,7 +129,7 @@ class _CanonmergeEngine:
         fragment_library(self.canonical).clear()
 
     def compile(self, schema):
-        return self.vegas.compile_schema(schema, self.canonical, style=self.style)
+        return self.vegas.compile_schema(schema, self.canonical, style=self.style, library_dir=self.library_dir)
 
     def first_mask(self, guide) -> None:
         """The initial state's mask (computed by the compile: a cache hit), timed as the peers' first mask is."""
@@ -402,8 +404,10 @@ def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -
     return result
 
 
-def _worker(conn, name: str, tokenizer: str, peer_layout: str, cache_dir: str | None, repeats: int) -> None:
-    """A worker process: build the engine once, then answer one schema path at a time."""
+def _worker(conn, name: str, tokenizer: str, peer_layout: str, cache_dir: str | None, repeats: int,
+            mode: dict | None = None) -> None:
+    """A worker process: build the engine once, then answer one schema path at a time (``mode``: the
+    ``--first-sight`` protocol's settings, ``bench/first_sight.py``; None: ``_run_schema``)."""
     if cache_dir:
         os.environ["CANONMERGE_CACHE_DIR"] = cache_dir
     import torch
@@ -415,13 +419,27 @@ def _worker(conn, name: str, tokenizer: str, peer_layout: str, cache_dir: str | 
     except BaseException as exc:
         conn.send(("setup-failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
         return
+    def signal(kind: str = "compiled") -> None:
+        conn.send((kind, None))
+
+    if mode is None:
+        def runner(path):
+            return _run_schema(engine, path, repeats, signal)
+    else:
+        import first_sight
+
+        try:
+            runner = first_sight.worker_runner(engine, mode, signal)
+        except BaseException as exc:
+            conn.send(("setup-failed", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"))
+            return
     conn.send(("ready", {"setup_s": time.perf_counter() - t0, "layout": engine.layout}))
     while True:
         message = conn.recv()
         if message is None:
             return
         try:
-            conn.send(("result", _run_schema(engine, message, repeats, lambda: conn.send(("compiled", None)))))
+            conn.send(("result", runner(message)))
         except Exception as exc:  # an error outside compile (formatting, walking): a failure of this schema
             conn.send(("result", {"status": "failed", "error": f"{type(exc).__name__}: {exc}"[:500],
                                   "traceback": traceback.format_exc(limit=-3)[-1500:]}))
@@ -441,8 +459,8 @@ class _Worker:
     SETUP_TIMEOUT_S = 300
 
     def __init__(self, name: str, tokenizer: str, peer_layout: str, cache_dir: str | None, memory_limit: float,
-                 repeats: int):
-        self.args = (name, tokenizer, peer_layout, cache_dir, repeats)
+                 repeats: int, mode: dict | None = None):
+        self.args = (name, tokenizer, peer_layout, cache_dir, repeats, mode)
         self.memory_limit = memory_limit
         self.process = None
         self.setup_s: list[float] = []
@@ -481,12 +499,16 @@ class _Worker:
                 return ("timeout", f"no result within {timeout:g} s")
 
     def run(self, path: str, timeout: float, after_compile: float) -> dict:
-        """One schema: ``timeout`` seconds for the first compile, then ``after_compile`` for the rest."""
+        """One schema: ``timeout`` seconds for the first compile, then ``after_compile`` for the rest (a worker
+        that prepares untimed state first, ``--first-sight``, says ``prepared`` within ``after_compile`` seconds,
+        and its compile's ``timeout`` starts then)."""
         if self.process is None:
             self._start()
         t0 = time.perf_counter()
         self.conn.send(path)
-        kind, payload = self._wait(timeout)
+        kind, payload = self._wait(timeout if self.args[5] is None else after_compile)
+        if kind == "prepared":
+            kind, payload = self._wait(timeout)
         if kind == "compiled":
             kind, payload = self._wait(after_compile)
             if kind == "timeout":
@@ -767,8 +789,9 @@ def report(results: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokenizer", default="llama3", choices=["llama3", "gpt2"])
-    parser.add_argument("--split", default="Glaiveai2K,Github_easy",
-                        help=f"comma-separated MaskBench splits ({', '.join(SPLITS)})")
+    parser.add_argument("--split", default=None,
+                        help=f"comma-separated MaskBench splits ({', '.join(SPLITS)}); default Glaiveai2K,Github_easy "
+                             "(--first-sight: Github_medium,Github_hard,Kubernetes,JsonSchemaStore)")
     parser.add_argument("--limit", type=int, default=100, help="schemas per split (0: all)")
     parser.add_argument("--seed", type=int, default=None,
                         help="sample --limit schemas per split at random with this seed (default: the first ones)")
@@ -777,14 +800,39 @@ def main() -> None:
     parser.add_argument("--memory-limit", type=float, default=6.0, help="GB of RSS per engine worker")
     parser.add_argument("--repeats", type=int, default=3,
                         help="walks of each valid instance (fresh guide or matcher each); a step's time is the median")
-    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--engines", default=None,
+                        help=f"comma-separated ({', '.join(ENGINES)}); default all (--first-sight: all but outlines-core)")
     parser.add_argument("--peer-layout", default="compact", choices=sorted(PEER_LAYOUTS),
                         help="the peers' instance text: compact (',' ':') or spaced (', ' ': ')")
-    parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "json_schema.json")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="results file (default bench/results/json_schema.json, --first-sight: "
+                             "bench/results/json_schema_first_sight.json)")
     parser.add_argument("--verbose", action="store_true", help="print every failure, timeout and crash")
+    parser.add_argument("--first-sight", action="store_true",
+                        help="every schema renamed and seen for the first time, against a library warmed on other "
+                             "schemas: time to the first mask, first-visit masks (bench/first_sight.py)")
+    parser.add_argument("--warm-schemas", type=int, default=16,
+                        help="--first-sight: schemas (Glaiveai2K and Github_easy, none of the timed) that warm the "
+                             "library")
+    parser.add_argument("--rename-seed", type=int, default=0, help="--first-sight: seed of the fresh property names")
     args = parser.parse_args()
     if args.limit == 0:
         args.limit = None
+    if args.split is None:
+        args.split = "Github_medium,Github_hard,Kubernetes,JsonSchemaStore" if args.first_sight else "Glaiveai2K,Github_easy"
+    if args.engines is None:
+        args.engines = ",".join(e for e in ENGINES if not (args.first_sight and e == "outlines-core"))
+    if args.out is None:
+        args.out = Path(__file__).parent / "results" / ("json_schema_first_sight.json" if args.first_sight
+                                                        else "json_schema.json")
+    if args.first_sight:
+        import first_sight
+
+        results = first_sight.run(args)
+        first_sight.report(results)
+        save(results, args.out)
+        print(f"wrote {args.out}")
+        return
     results = run(args)
     report(results)
     save(results, args.out)
