@@ -296,7 +296,10 @@ def worker_runner(engine, mode: dict, signal):
         if canonmerge:
             library = root / f"fragments-{os.getpid()}-{next(counter)}"
             shutil.copytree(master, library, copy_function=os.link)  # (files are replaced, never written in place)
-            _restore(memory, snapshot)  # memory holds the warm set's fragments, and only those
+            if mode.get("library_memory") == "empty":  # a fresh process on the warm library: all from disk
+                memory.clear()
+            else:
+                _restore(memory, snapshot)  # memory holds the warm set's fragments, and only those
             engine.library_dir = str(library)
         prepare_s = time.perf_counter() - t0
         signal("prepared")
@@ -388,7 +391,7 @@ def run(args) -> dict:
           f"{time.perf_counter() - t0:.1f} s ({sum(r['dropped_tests'] for r in renames.values())} instances dropped), "
           f"{len(warm)} warm schemas, tokenizer {args.tokenizer}, engines {', '.join(engines)}, timeout "
           f"{args.timeout:g} s", flush=True)
-    mode = {"warm": [str(p) for p in warm]}
+    mode = {"warm": [str(p) for p in warm], "library_memory": args.library_memory}
     cold = {e: js._cold_cache_dir() for e in engines if e in js.CANONMERGE_ENGINES}
     workers = {e: js._Worker(e, args.tokenizer, args.peer_layout, cold.get(e), args.memory_limit, 1, mode)
                for e in engines}
@@ -494,7 +497,8 @@ def assemble(args, names, outcomes, info, warm, renames) -> dict:
         "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},
         "options": {"tokenizer": args.tokenizer, "split": args.split, "limit": args.limit, "seed": args.seed,
                     "timeout_s": args.timeout, "memory_limit_gb": args.memory_limit, "peer_layout": args.peer_layout,
-                    "engines": engines, "warm_schemas": args.warm_schemas, "rename_seed": args.rename_seed},
+                    "engines": engines, "warm_schemas": args.warm_schemas, "rename_seed": args.rename_seed,
+                    "library_memory": args.library_memory},
         "versions": js._versions(), "warm_set": [p.stem for p in warm], "engines": info,
         "table": table, "common_schemas": len(common), "common_table": common_table,
         "targets": targets(table, common_table),

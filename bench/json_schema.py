@@ -815,6 +815,9 @@ def main() -> None:
                         help="--first-sight: schemas (Glaiveai2K and Github_easy, none of the timed) that warm the "
                              "library")
     parser.add_argument("--rename-seed", type=int, default=0, help="--first-sight: seed of the fresh property names")
+    parser.add_argument("--library-memory", default="warm", choices=["warm", "empty"],
+                        help="--first-sight: canonmerge's in-memory library before each schema: as the warm set left "
+                             "it (a serving process), or empty (a fresh process on the warm library directory)")
     args = parser.parse_args()
     if args.limit == 0:
         args.limit = None
