@@ -37,6 +37,7 @@ from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, REFlags, _CharGroup, _Concatenation, _Repeated
 from numba import njit
 
+from automata.budget import checkpoint
 from automata.dfa import MISSING
 from automata.errors import RegexError, StateLimitError
 
@@ -76,6 +77,8 @@ class _Positions:
         p = len(self.chars)
         if p >= self.max_positions:
             raise _too_many_positions(self.max_positions)
+        if not p & 1023:
+            checkpoint()  # the compile's budget (``automata.budget``): follow sets grow as P^2
         self.chars.append(chars)
         self.negated.append(negated)
         self.follow.append(0)
@@ -455,6 +458,8 @@ def _bitset_subsets(follow: list[int], classes_of: list[list[int]], num_classes:
     source = -1
     while source + 1 < len(order):  # ``order`` grows as states are found
         source += 1
+        if not source & 63:
+            checkpoint()
         subset = order[source]
         reachable, candidates = 0, 0
         while subset:

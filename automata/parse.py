@@ -22,6 +22,8 @@ from typing import Callable
 
 from interegular.patterns import _CHAR_GROUPS, _DOT, Pattern, _CharGroup, _Concatenation, _Repeated
 
+from automata.budget import checkpoint
+
 __all__ = ["read"]
 
 _SPECIAL = frozenset("+?*.$^\\()[|")  # not literal outside a class (as interegular)
@@ -73,6 +75,7 @@ def _combine(groups: list[_CharGroup], negate: bool) -> _CharGroup:
 class _Reader:
     def __init__(self, pattern: str, runs: Callable[[str], str] | None = None):
         self.s, self.i, self.runs = pattern, 0, runs
+        self.steps = 0  # characters read, for the budget checks
 
     def alternation(self) -> Pattern:
         options = [self.concatenation()]
@@ -86,6 +89,9 @@ class _Reader:
         while self.i < len(s) and s[self.i] not in "|)":
             c = s[self.i]
             self.i += 1
+            self.steps += 1
+            if not self.steps & 255:
+                checkpoint()  # the compile's budget (``automata.budget``): a schema's regex can be 1M characters
             if c == "(":
                 if s.startswith("?:", self.i):
                     self.i += 2

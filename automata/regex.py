@@ -30,6 +30,7 @@ from interegular.fsm import anything_else
 from interegular.patterns import InvalidSyntax, Unsupported
 
 from automata import glushkov, parse
+from automata.budget import CompileBudgetError, checkpoint
 from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
 
@@ -47,6 +48,7 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
     """
     alphabet = alphabet or Alphabet.bytes()
     class_target, accepting, start, mapping = char_dfa(pattern, max_states)
+    checkpoint()  # (the compile's budget, ``automata.budget``: between the stages, each bounded by max_states)
     if alphabet.kind == "bytes" and len(class_target) > 64:
         # Minimise over character classes before expanding: each state that reads multi-byte characters gets
         # its own copy of the UTF-8 trie, and the position construction leaves many equivalent states (a YAML
@@ -54,8 +56,11 @@ def from_regex(pattern: str, alphabet: Alphabet | None = None, *, minimise: bool
         # 344k states, over the limit, to a few hundred).
         small = _class_dfa(class_target, accepting, start).minimise()
         class_target, accepting, start = small.transitions, small.accepting, small.start
+        checkpoint()
     dfa = _expand(class_target, accepting, start, mapping, alphabet, max_states)
+    checkpoint()
     dfa = dfa.minimise() if minimise else dfa.trim()  # both trim: an empty language keeps no accepting state
+    checkpoint()
     if not dfa.accepting.any():
         raise EmptyLanguageError(f"regex {shown(pattern)} matches no string over the {alphabet.kind} alphabet")
     return dfa
@@ -81,11 +86,15 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     each exit is a point where the next fragment starts.)
     """
     class_target, accepting, start, mapping = char_dfa(pattern, max_states)
+    checkpoint()
     class_target, exit_of, exit_sets = read_exits(class_target, accepting, mapping, pattern)
     small, exit_of = _class_dfa(class_target, exit_of >= 0, start).minimise_labelled(exit_of)
+    checkpoint()
     dfa = _expand(small.transitions, small.accepting, small.start, mapping, Alphabet.bytes(), max_states)
+    checkpoint()
     labels = np.concatenate([exit_of, np.full(dfa.num_states - small.num_states, -1, dtype=np.int64)])
     dfa, exit_of = dfa.minimise_labelled(labels)
+    checkpoint()
     if not dfa.accepting.any():
         raise EmptyLanguageError(f"regex {shown(pattern)} matches no string over the bytes alphabet")
     return dfa, exit_of, exit_sets
@@ -146,6 +155,8 @@ def char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
         raise RegexError(f"regex {shown(pattern)}: {type(exc).__name__}: {str(exc) or 'invalid syntax'}") from None
     except (RegexError, StateLimitError) as exc:
         raise type(exc)(f"regex {shown(pattern)}: {exc}") from None
+    except CompileBudgetError:
+        raise
     except Exception as exc:  # interegular raises bare Exceptions for some malformed patterns
         raise RegexError(f"regex {shown(pattern)} could not be compiled: {exc}") from None
 

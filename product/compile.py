@@ -12,6 +12,7 @@ cut into fragments (``product.stitched``).
 from __future__ import annotations
 
 from automata import from_regex
+from automata.budget import CompileBudget, running
 from bpe.automaton import CanonicalAutomaton
 from product.compiler.tables import guide_eos, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions
@@ -24,7 +25,7 @@ __all__ = ["compile_regex"]
 def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                   max_states: int = 100_000, max_transitions: int = 50_000_000,
                   cache_size: int = 4096, eos_token_ids: list[int] | None = None,
-                  name: str | None = None) -> "Guide":
+                  name: str | None = None, budget: CompileBudget | None = None) -> "Guide":
     """The guide of the strings ``re.fullmatch(pattern, ·)`` accepts, tokenized canonically for ``canonical``'s
     tokenizer (or in any way, with ``canonical_only=False``), ended by ``eos_token_ids`` (default: the
     tokenizer's EOS).
@@ -34,17 +35,22 @@ def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only
     product exceeds ``max_states`` nodes, or the token transitions exceed ``max_transitions`` entries),
     ``bpe.MissingEOSError`` (no EOS known: pass ``eos_token_ids=``). ``name`` (default: the pattern) names the
     guide in its errors.
+
+    ``budget`` bounds the compile's time and memory and lets another thread cancel it (``CompileBudget``; None:
+    the enclosing compile's, or ``CompileBudget()``: 30 s and 4 GiB). Past it, ``CompileTimeoutError``,
+    ``CompileMemoryError`` or ``CompileCancelledError`` (all ``CompileBudgetError``), within milliseconds.
     """
     guide_eos(canonical, eos_token_ids)  # before the expensive part
-    name = pattern if name is None else name
-    # counted repetitions: a counter beside the state, where that construction applies
-    counted = compile_counted(pattern, canonical, canonical_only=canonical_only, max_states=max_states,
-                              max_transitions=max_transitions, cache_size=cache_size, name=name,
-                              eos_token_ids=eos_token_ids)
-    if counted is not None:
-        return counted
-    dfa = from_regex(pattern, max_states=max_states)
-    transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
-    return Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states,
-                 cache_size=cache_size, name=name, eos_token_ids=eos_token_ids)
+    with running(budget):
+        name = pattern if name is None else name
+        # counted repetitions: a counter beside the state, where that construction applies
+        counted = compile_counted(pattern, canonical, canonical_only=canonical_only, max_states=max_states,
+                                  max_transitions=max_transitions, cache_size=cache_size, name=name,
+                                  eos_token_ids=eos_token_ids)
+        if counted is not None:
+            return counted
+        dfa = from_regex(pattern, max_states=max_states)
+        transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
+        return Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states,
+                     cache_size=cache_size, name=name, eos_token_ids=eos_token_ids)
 

@@ -17,6 +17,7 @@ import operator
 
 import numpy as np
 
+from automata.budget import CompileBudgetError
 from automata.dfa import concat_aranges, find_sorted, row_bounds
 from bpe.automaton import DisallowedTokenError
 from product.compiler.counted import CountedTransitions, counted_transitions
@@ -89,6 +90,8 @@ class CountedGuide(Guide):
                                         max_states=max_states, cache_size=cache_size, name=f"{name} (budgets 0..{H})",
                                         eos_token_ids=list(self.eos_token_ids), start_context=start_context,
                                         exit_live=layered_exit_live, _seeds=seeds)
+            except CompileBudgetError:
+                raise
             except Exception:  # e.g. the layered guide's language is empty: no horizon
                 return
             top = layers._seed_ids[np.cumsum(width) - 1]  # each node at budget H (or its only copy)

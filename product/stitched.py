@@ -63,6 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from automata import MISSING, EmptyLanguageError
+from automata.budget import CompileBudget, checkpoint, running
 from automata.regex import from_regex_exits
 from bpe.automaton import CanonicalAutomaton
 from product.compiler.counted import MIN_COUNT, counted_transitions
@@ -228,6 +229,7 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
         dfa, exit_of, exit_sets = from_regex_exits(regex, max_states=max_states)
         ends, exit_live = _exit_tables(exit_of, exit_sets, (dfa.transitions != MISSING).any(axis=1), dead_exits,
                                        num_contexts)
+        checkpoint()
         transitions = TokenTransitions.build(dfa, trie, max_entries=max_transitions)
         transitions = dataclasses.replace(transitions, accepting=ends)
         guide = Guide(transitions, canonical, exit_live=exit_live, **options)
@@ -253,7 +255,8 @@ def _exit_tables(exit_of: np.ndarray, exit_sets: list[tuple[int, ...]], goes_on:
 def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: CanonicalAutomaton, *,
                      canonical_only: bool = True, max_states: int = 100_000, max_transitions: int = 50_000_000,
                      cache_size: int = 4096, eos_token_ids: list[int] | None = None, name: str = "",
-                     library: FragmentLibrary | None = None, store=None, fine_cuts: bool = False) -> "StitchedGuide":
+                     library: FragmentLibrary | None = None, store=None, fine_cuts: bool = False,
+                     budget: CompileBudget | None = None) -> "StitchedGuide":
     """The guide of ``skeleton`` with each placeholder character (a key of ``leaves``, in ``PLACEHOLDERS``)
     standing for its regex, stitched from fragments of ``library`` (default: the automaton's in-memory one),
     backed by ``store`` (a ``product.library.FragmentStore``; None: memory only).
@@ -265,7 +268,18 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
     text from its entry context) makes the exits into it dead, and the fragments holding them are compiled
     again with those exits dead (a different library entry), until nothing changes. Dead exits are rare (a YAML
     line break whose pre-tokenizer context needs a space after it, then a key): most fragments compile once.
+
+    ``budget``: as ``compile_regex``'s, for the whole stitching. A fragment is kept (in ``library`` and ``store``)
+    only once compiled whole, so a compile stopped by its budget leaves the fragments it finished, nothing else.
     """
+    with running(budget):
+        return _compile_stitched(skeleton, leaves, canonical, canonical_only=canonical_only, max_states=max_states,
+                                 max_transitions=max_transitions, cache_size=cache_size, eos_token_ids=eos_token_ids,
+                                 name=name, library=library, store=store, fine_cuts=fine_cuts)
+
+
+def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states, max_transitions, cache_size,
+                      eos_token_ids, name, library, store, fine_cuts) -> "StitchedGuide":
     eos = guide_eos(canonical, eos_token_ids)
     library = fragment_library(canonical) if library is None else library
     counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
@@ -286,6 +300,7 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
         roots, ctx = key
         soft = frozenset()
         while True:
+            checkpoint()
             if (roots, soft) not in written:
                 written[roots, soft] = sk.fragment(roots, soft)
             regex, exits = written[roots, soft]

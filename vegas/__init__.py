@@ -28,7 +28,9 @@ one regex.
 from __future__ import annotations
 
 from automata import StateLimitError
+from automata.budget import running
 from product import (
+    CompileBudget,
     FragmentStore,
     FragmentTooLongError,
     StitchError,
@@ -47,7 +49,7 @@ __all__ = ["compile_schema", "format_instance", "schema_regex", "SchemaError", "
 def compile_schema(schema, canonical, *, style: str = "json", strict: bool = False, max_recursion: int = 3,
                    any_depth: int = 2, canonical_only: bool = True, max_states: int = 100_000,
                    max_transitions: int = 50_000_000, cache_size: int = 4096, eos_token_ids: list[int] | None = None,
-                   library_dir=None):
+                   library_dir=None, budget: CompileBudget | None = None):
     """The guide of the texts of ``schema``'s instances in the layout of ``style`` (``"json"`` or ``"yaml"``),
     tokenized canonically for ``canonical``'s tokenizer (a ``bpe.compile_tokenizer`` automaton).
 
@@ -62,12 +64,18 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     (a fragment's regex too long to write out), it is compiled as one regex: same guide, slower. Python's cyclic
     garbage collector is paused while it runs (process-wide, as ``gc.disable``; enabled again after, if it was).
 
+    ``budget`` (a ``product.CompileBudget``) bounds the whole compile's time and resident-memory growth and lets
+    another thread cancel it; default (None) ``CompileBudget()``: 30 s and 4 GiB, so that a schema too large to
+    compile fails in a server instead of running for minutes and tens of GB. Past it, a ``CompileBudgetError``
+    (``CompileTimeoutError``, ``CompileMemoryError``, ``CompileCancelledError``) within milliseconds; the fragments
+    compiled before are kept, none half-built, and the schema compiles again with a larger budget.
+
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
     """
     # (the cyclic collector paused: a compile's temporaries die by reference count, not in collections it
     # starts, ~10 % of a warm compile; vegas._gc_pause)
-    with gc_paused():
+    with gc_paused(), running(budget):
         return _compile_schema(schema, canonical, style=style, strict=strict, max_recursion=max_recursion,
                                any_depth=any_depth, library_dir=library_dir,
                                options=dict(canonical_only=canonical_only, max_states=max_states,

@@ -56,6 +56,7 @@ from interegular.patterns import _DOT, _EMPTY, Pattern, _CharGroup, _Concatenati
 from numba import njit
 
 from automata import glushkov, parse
+from automata.budget import CompileBudgetError, checkpoint
 from automata.dfa import MISSING, unique_rows
 from automata.errors import RegexError, StateLimitError
 from automata.regex import is_exit_marker, read_exits, utf8_dfa
@@ -189,10 +190,13 @@ def counted_transitions(pattern: str, trie: VocabularyTrie, *, max_states: int, 
         char = glushkov.char_dfa(tree, max_states)
     except _NotCounted:
         return None
+    except CompileBudgetError:
+        raise
     except Exception:  # unparsable or unsupported: the unrolled path reports it
         return None
     if char is None:
         return None
+    checkpoint()
     contracted = _contract(char, bounds, max_states)
     if contracted is None:
         return None
@@ -205,12 +209,15 @@ def counted_transitions(pattern: str, trie: VocabularyTrie, *, max_states: int, 
             return None
         accepting = exit_of >= 0
     other = mapping[anything_else]
+    checkpoint()
     byte_dfa = utf8_dfa(class_target, accepting, 0, mapping, other, class_target.shape[1] - 1, max_states)
     # one label per state for the minimisation: the counter effect entering it, and its exit set
     E = len(exit_sets) + 1
     byte_labels = np.zeros(byte_dfa.num_states, dtype=np.int64)
     byte_labels[: len(labels)] = labels * E + exit_of + 1
+    checkpoint()
     dfa, byte_labels = byte_dfa.minimise_labelled(byte_labels)
+    checkpoint()
     labels, exit_of = byte_labels // E, byte_labels % E - 1
     if not dfa.accepting.any():
         return None
@@ -275,6 +282,8 @@ def _contract(char: glushkov.CharDFA, bounds: list[int], max_states: int):
     acc = []
     try:
         while len(rows) < len(order):
+            if not len(rows) & 63:
+                checkpoint()  # the compile's budget (``automata.budget``)
             q, _ = order[len(rows)]
             reach = closure(q)
             row = np.full(num_classes + 1, MISSING, dtype=np.int32)
@@ -316,6 +325,7 @@ def _counter_bounds(table: np.ndarray, labels: np.ndarray, label_table: np.ndarr
     dst = table[src, byte]
     direct = inc_loop[dst] >= 0
     for _ in range(S + 1):
+        checkpoint()
         new = loop.copy()
         cand = np.where(direct, inc_loop[dst], np.where(reset_loop[dst] < 0, loop[dst], -1))
         has = cand >= 0

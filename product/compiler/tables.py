@@ -53,6 +53,7 @@ from typing import NamedTuple
 import numpy as np
 
 from automata import EmptyLanguageError, StateLimitError
+from automata.budget import checkpoint
 from automata.dfa import concat_aranges, group_by, row_bounds
 from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton
@@ -194,6 +195,7 @@ class CompiledGuide:
             raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
                                      f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
         for node in np.flatnonzero(~self._is_pending).tolist():
+            checkpoint()
             self._store_rows(node, *self._open_rows(node))
         # Pending nodes' rows are short Y rows (X = Z = ∅): kept as one table, pending node i's row being
         # pending_row_tokens[pending_row_bounds[i]:[i + 1]], ascending (``pending_edges`` lists a node's edges by
@@ -414,6 +416,7 @@ class CompiledGuide:
             qs, ctxs = np.divmod(table.keys[frontier], num_ctx)
             is_open = ctxs < num_open
             for n, q, ctx in zip(frontier[is_open].tolist(), qs[is_open].tolist(), ctxs[is_open].tolist()):
+                checkpoint()  # (the compile's budget: automata.budget; a clock read per node)
                 if q not in row_groups:
                     row_groups[q] = group_row(*R.row(q), signature, inside_of_signature.shape[1])
                 group_tokens, group_bounds, group_target, group_signature = row_groups[q]
@@ -423,6 +426,7 @@ class CompiledGuide:
                 inside, boundary = node_ids(inside), node_ids(boundary)
                 self._open_edges[n] = _OpenEdges(groups, inside, boundary, group_tokens, group_bounds, num_tokens)
                 self._successors[n] = distinct_targets(inside, boundary, len(table))
+            checkpoint()
             if not is_open.all():  # completing tokens of the unfinished character that the regex also reads
                 counts, tokens, keys = pending_edges(qs[~is_open], ctxs[~is_open] - num_open, A.pending_offsets,
                                                      A.pending_tokens, A.pending_next, R.offsets, R.tokens, R.targets,
@@ -559,6 +563,7 @@ class CompiledGuide:
         while len(dirty):
             round_start = clock + 1
             for n in dirty[~self._is_pending[dirty]][::-1].tolist():
+                checkpoint()
                 clock += 1
                 computed_at[n] = clock
                 # A live crossing-only token keeps every class alive; finding one usually takes a few edges,
@@ -573,6 +578,7 @@ class CompiledGuide:
                 candidates = (entering[entering_bounds[n]:entering_bounds[n + 1]] if narrow[n]
                               else self._forbidden.classes_by_size(len(Y)))
                 apply_one(n, self._forbidden.dead_classes(Y, Z, candidates))
+            checkpoint()
             pending = dirty[self._is_pending[dirty]]
             if len(pending):  # mc is dead iff every live completing token is in F[mc]
                 clock += 1

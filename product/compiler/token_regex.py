@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 from numba import njit
 
+from automata.budget import checkpoint
 from automata.dfa import DFA, find_sorted, row_bounds, unique_rows
 from automata.errors import StateLimitError
 
@@ -254,15 +255,15 @@ class TokenTransitions:
         capacity = min(max_entries, _FIRST_CAPACITY_ROWS * trie_vocab)
         offsets = np.zeros(num_states + 1, dtype=np.int64)
         tokens, targets = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
-        origin = _walk(*walk, 0, False, max_entries, offsets, tokens, targets)
+        origin = _walk_checked(walk, 0, False, max_entries, offsets, tokens, targets)
         if origin < num_states:
-            if _walk(*walk, origin, True, max_entries, offsets, tokens, targets) < num_states:
+            if _walk_checked(walk, origin, True, max_entries, offsets, tokens, targets) < num_states:
                 raise StateLimitError(f"more than max_transitions={max_entries} token transitions "
                                       f"({num_states} regex states)")
             done = offsets[origin]
             tokens, targets = (np.concatenate([a[:done], np.empty(offsets[-1] - done, np.int32)])
                                for a in (tokens, targets))
-            stopped = _walk(*walk, origin, False, max_entries, offsets, tokens, targets)
+            stopped = _walk_checked(walk, origin, False, max_entries, offsets, tokens, targets)
             assert stopped == num_states, "the arrays were sized by counting the rows"
         total = offsets[-1]
         if total < capacity:
@@ -375,6 +376,27 @@ def _rows_from_segments(segment_of, segment_offsets, segment_tokens, segment_tar
 
 
 _FIRST_CAPACITY_ROWS = 4  # token transitions first try arrays for this many vocabulary-wide rows
+_WALK_CHUNK = 1 << 20  # entries per ``_walk`` call between two budget checks (more than any one row: a vocabulary)
+
+
+def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, offsets: np.ndarray,
+                  tokens: np.ndarray, targets: np.ndarray) -> int:
+    """``_walk`` in calls of at most ``_WALK_CHUNK`` entries, the compile's budget checked between them
+    (``automata.budget``: a 50M-entry walk is seconds of compiled code that cannot check)."""
+    num_states = walk[0].shape[0]
+    capacity = max_entries if count_only else len(tokens)
+    chunk = _WALK_CHUNK
+    while True:
+        checkpoint()
+        limit = min(int(offsets[origin]) + chunk, capacity)
+        if count_only:
+            stopped = _walk(*walk, origin, True, limit, offsets, tokens, targets)
+        else:
+            stopped = _walk(*walk, origin, False, max_entries, offsets, tokens[:limit], targets[:limit])
+        if stopped == num_states or limit == capacity:
+            return stopped
+        chunk = _WALK_CHUNK if stopped > origin else capacity  # (a row longer than a chunk: the rest at once)
+        origin = stopped
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -1,0 +1,126 @@
+"""Compile budgets (``automata.budget``): a compile past its time or memory budget, or cancelled from another
+thread, stops with its typed error within twice the budget, keeps nothing half-built, and the same constraint then
+compiles exactly with a larger budget. The constraints here take seconds without a budget on GPT-2 (measured:
+the regex ~3-6 s, the schemas ~5 s)."""
+
+import threading
+import time
+
+import pytest
+
+import vegas
+from automata import CanonmergeError
+from automata.budget import checkpoint
+from product import (
+    CompileBudget,
+    CompileBudgetError,
+    CompileCancelledError,
+    CompileMemoryError,
+    CompileTimeoutError,
+    compile_regex,
+)
+from tests.support import automaton_of, runtime_of
+
+SLOW_REGEX = "(?:[a-z]{1,30}@){100}"  # ~3,100 product nodes, hundreds of MB of token transitions
+
+
+def _slow_schema(offset: int) -> dict:
+    """16 string properties, each a pattern of bounded repetitions: 16 distinct fragments, ~5 s in all. ``offset``
+    makes the patterns differ from test to test (compiled fragments are shared within a process)."""
+    names = [f"f{i}" for i in range(16)]
+    return {"type": "object", "required": names, "additionalProperties": False,
+            "properties": {name: {"type": "string", "pattern": f"^(?:[a-z]{{1,{30 + offset + i}}}@){{{12 + i}}}$"}
+                           for i, name in enumerate(names)}}
+
+
+@pytest.fixture(scope="module")
+def gpt2():
+    automaton = automaton_of("gpt2")
+    # the first compile in a process loads the compiled kernels (~1 s, unchecked): done here, not in a timed test
+    compile_regex("(?:[a-z]{1,30}@){2}", automaton)
+    vegas.compile_schema({"type": "object", "properties": {"a": {"type": "string", "pattern": "^[a-z]{1,20}$"}}},
+                         automaton, library_dir=False)
+    return automaton
+
+
+def _timed(compile_once) -> tuple[BaseException | None, float]:
+    start = time.monotonic()
+    try:
+        compile_once()
+    except CompileBudgetError as exc:
+        return exc, time.monotonic() - start
+    return None, time.monotonic() - start
+
+
+@pytest.mark.parametrize("what", ["regex", "schema"])
+def test_a_compile_past_its_time_budget_raises_within_twice_the_budget(gpt2, what):
+    budget = CompileBudget(seconds=0.3)
+    if what == "regex":
+        error, elapsed = _timed(lambda: compile_regex(SLOW_REGEX, gpt2, budget=budget))
+    else:
+        error, elapsed = _timed(lambda: vegas.compile_schema(_slow_schema(0), gpt2, library_dir=False, budget=budget))
+    assert isinstance(error, CompileTimeoutError) and isinstance(error, CanonmergeError), error
+    assert error.reason == "time" and "seconds=0.3" in str(error)
+    assert elapsed < 2 * budget.seconds, elapsed
+
+
+def test_cancelling_from_another_thread_stops_a_running_compile(gpt2):
+    budget = CompileBudget(seconds=None, memory_bytes=None)
+    outcome = {}
+
+    def run():
+        outcome["error"], outcome["elapsed"] = _timed(lambda: compile_regex(SLOW_REGEX, gpt2, budget=budget))
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    time.sleep(0.4)
+    cancelled_at = time.monotonic()
+    budget.cancel()
+    thread.join(timeout=30)
+    stopped_after = time.monotonic() - cancelled_at
+    assert isinstance(outcome["error"], CompileCancelledError), outcome
+    assert stopped_after < 0.3, stopped_after  # the checks come every few ms on this path
+    # a cancelled budget stays cancelled: a compile started under it stops at once
+    error, elapsed = _timed(lambda: compile_regex("[a-z]+", gpt2, budget=budget))
+    assert isinstance(error, CompileCancelledError) and elapsed < 0.05
+
+
+def test_a_compile_past_its_memory_budget_raises_the_memory_error(gpt2):
+    budget = CompileBudget(seconds=None, memory_bytes=16 << 20)  # the slow regex's tables take hundreds of MB
+    error, elapsed = _timed(lambda: compile_regex(SLOW_REGEX, gpt2, budget=budget))
+    assert isinstance(error, CompileMemoryError) and isinstance(error, MemoryError), error
+    assert error.reason == "memory" and "memory_bytes=16777216" in str(error)
+
+
+def test_an_interrupted_schema_compiles_again_exactly_with_a_larger_budget(gpt2, tmp_path):
+    schema = _slow_schema(20)
+    error, _ = _timed(lambda: vegas.compile_schema(schema, gpt2, library_dir=tmp_path, budget=CompileBudget(0.3)))
+    assert isinstance(error, CompileTimeoutError)
+    guide = vegas.compile_schema(schema, gpt2, library_dir=tmp_path, budget=CompileBudget(None, None))
+    runtime = runtime_of("gpt2")
+    valid = vegas.format_instance({f"f{i}": "ab@" * (12 + i) for i in range(16)}, schema)
+    assert guide.accepts(runtime.encode(valid, add_special_tokens=False).ids)
+    invalid = valid.replace(f'"{"ab@" * 15}"', f'"{"ab@" * 14}"')  # f3 one repetition short
+    assert invalid != valid and not guide.accepts(runtime.encode(invalid, add_special_tokens=False).ids)
+    # the fragments on disk (the interrupted compile's and the second's) load into the same guide, whole
+    again = vegas.compile_schema(schema, automaton_of("gpt2"), library_dir=tmp_path)
+    assert again.accepts(runtime.encode(valid, add_special_tokens=False).ids)
+
+
+def test_budgets_are_checked_arguments_and_nest(gpt2):
+    with pytest.raises(ValueError):
+        CompileBudget(seconds=0)
+    with pytest.raises(ValueError):
+        CompileBudget(memory_bytes=-1)
+    checkpoint()  # outside a compile: nothing to check
+    default = CompileBudget()
+    assert default.seconds == 30.0 and default.memory_bytes == 4 << 30
+    # a compile inside another runs under the enclosing budget too: the outer one's cancel stops the inner
+    outer = CompileBudget(seconds=None)
+    with outer.running():
+        outer.cancel()
+        with pytest.raises(CompileCancelledError):
+            compile_regex("[a-z]{1,3}", gpt2, budget=CompileBudget(seconds=60))
+    # unbudgeted compiles are unchanged
+    assert compile_regex("[a-z]{1,3}", gpt2, budget=CompileBudget(None, None)).accepts(
+        runtime_of("gpt2").encode("abc", add_special_tokens=False).ids)
