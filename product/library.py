@@ -1,16 +1,26 @@
-"""The on-disk fragment library: compiled fragments (``product.stitched``) kept between processes.
+"""The on-disk fragment library: compiled fragments (``product.stitched``) kept between processes, under a size cap.
 
-One file per fragment, ``<directory>/<automaton digest>/<key digest>.npz``: the fragment guide's arrays
+One file per fragment, ``<directory>/<automaton digest>/<key digest>.npz`` (compressed): the fragment guide's arrays
 (``Guide._to_arrays``, or ``CountedGuide._to_arrays`` for a fragment with a counted repetition: the header says
-which), its exits, and a JSON header with the key written out and a SHA-256 over the key and
-every array. A file is written to a temporary name and renamed (a reader never sees half a file), read with
-``allow_pickle=False``, and trusted only if its header names the same key and the digest matches; anything
-else (truncated, edited, another format version, a hash collision of keys) counts as ``rejected`` and the
-fragment is compiled again and the file rewritten. The automaton digest is the SHA-256 of the canonical
-automaton's arrays, so a library never serves fragments of another tokenizer.
+which), its exits, and a JSON header with the key written out and a SHA-256 over the key, the exits and every
+array. Row pieces of 1 KiB or more (packed token sets, long token lists) are stored once per tokenizer, by content,
+in ``<automaton digest>/rows/<SHA-256>.z`` (zlib), and named in the fragment's header: fragments of one schema and
+of different schemas repeat the same free-text rows (the 50 bench schemas on Llama-3: 1.8 GB of rows in their
+fragments, 50 MB distinct). Files are written to a temporary name and renamed (a reader never sees half a file),
+read with ``allow_pickle=False``, and trusted only if the header names the same key, the digest matches and every
+shared row's content matches its name; anything else (truncated, edited, a row gone, another format version, a
+hash collision of keys) counts as ``rejected``, and the fragment is compiled again and its files rewritten. The
+automaton digest is the SHA-256 of the canonical automaton's arrays, so a library never serves fragments of
+another tokenizer.
 
-Leaves out: eviction (the directory grows with the fragments compiled; ``size_bytes`` reports it, and deleting
-the directory is always safe).
+The cap (``max_bytes``, default ``DEFAULT_MAX_BYTES``) bounds the directory, every tokenizer's files together
+(older formats' files too, until evicted). A file's mtime is its last use: set when written, and on a load, for
+the fragment and the rows it read (``os.utime``, no rewrite). When a save takes the total past the cap, the
+least recently used files go first (a fragment before rows used at the same time) down to 3/4 of the cap. The
+total is listed once per process and directory and then counted on as this process writes, listed again
+whenever that count passes 1/16 of the cap (other processes' writes are seen then). Several processes may share
+a directory: a file unlinked while another reads it stays readable to that reader (POSIX), and a reader that
+finds a file gone compiles the fragment again.
 """
 
 from __future__ import annotations
@@ -20,6 +30,10 @@ import hashlib
 import json
 import os
 import tempfile
+import threading
+import time
+import zlib
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -31,9 +45,22 @@ from product.counted import CountedGuide
 from product.runtime.guide import Guide
 from product.stitched import Fragment
 
-__all__ = ["FragmentStore", "default_library_dir"]
+__all__ = ["FragmentStore", "default_library_dir", "DEFAULT_MAX_BYTES"]
 
-FORMAT_VERSION = 2  # 2: compact token transitions (TokenTransitions.compact)
+# 3: compressed; long row pieces stored once per tokenizer (``rows/``); the header as UTF-8 bytes, covered by the
+# checksum with the exits
+FORMAT_VERSION = 3
+# The cap's default. The 50 bench schemas (25 Glaiveai2K + 25 Github_easy, JSON and YAML) take ~70 MB on Llama-3
+# (docs/schemas.md): 256 MB keeps a few such working sets, of any tokenizer, at a size nobody needs to clean by hand.
+DEFAULT_MAX_BYTES = 256 << 20
+SHARED_MIN_BYTES = 1024  # pieces at least this long (a packed row is 6 kB at 50k tokens) go to ``rows/``, once each
+# (data, bounds) pairs whose pieces are stored by content: the guide's rows, its transitions' tokens per state, its
+# pending rows (the counted guide's budget layers too, ``layers_``); and the rows of transitions_common_words
+_SEGMENTED = [(prefix + data, prefix + bounds) for prefix in ("", "layers_") for data, bounds in (
+    ("row_data", "row_bounds"), ("transitions_tokens", "transitions_offsets"),
+    ("pending_row_tokens", "pending_row_bounds"))]
+_WORD_TABLES = ("transitions_common_words", "layers_transitions_common_words")
+_STALE_PART_SECONDS = 3600  # a temporary file this old is a crashed writer's: evicted like any other
 
 
 def default_library_dir() -> Path:
@@ -51,12 +78,193 @@ def _automaton_digest(canonical: CanonicalAutomaton) -> str:
     return per_automaton(canonical, "digest", lambda: canonical.digest("fragments"))
 
 
-class FragmentStore:
-    """Fragments on disk under ``directory``; counts ``loaded``, ``saved`` and ``rejected`` files."""
+def _write_atomic(path: Path, write) -> None:
+    """``write(file)`` to a temporary file beside ``path``, renamed over it (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
-    def __init__(self, directory: str | os.PathLike):
+
+class _RowCache:
+    """Shared rows read in this process (their bytes, verified), the least recently used dropped past
+    ``max_bytes``: a schema's fragments read the same rows (GPT-2: 45 row reads per fragment loaded, a quarter
+    distinct)."""
+
+    def __init__(self, max_bytes: int = 32 << 20) -> None:
+        self.max_bytes, self._bytes = max_bytes, 0
+        self._rows: "OrderedDict[Path, bytes]" = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, path: Path) -> bytes | None:
+        with self._lock:
+            piece = self._rows.get(path)
+            if piece is not None:
+                self._rows.move_to_end(path)
+            return piece
+
+    def put(self, path: Path, piece: bytes) -> None:
+        with self._lock:
+            if path not in self._rows:
+                self._rows[path] = piece
+                self._bytes += len(piece)
+            while self._bytes > self.max_bytes:
+                self._bytes -= len(self._rows.popitem(last=False)[1])
+
+
+_ROW_CACHE = _RowCache()
+
+
+def _touch(path: Path) -> None:
+    """Mark ``path`` used now (its mtime is its last use: the eviction order). Gone or read-only: nothing."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
+
+
+class _Usage:
+    """Bytes in one library directory, shared by the stores of this process: listed once, then counted on
+    (``added``: bytes this process wrote since it listed; other processes' writes are seen at the next listing,
+    taken whenever ``added`` passes 1/16 of the cap, so several writers overshoot the cap by that much each)."""
+
+    _of: "dict[Path, _Usage]" = {}
+    _lock = threading.Lock()
+
+    def __init__(self) -> None:
+        self.total: int | None = None
+        self.added = 0
+        self.listings = 0  # (for tests and measurements)
+
+    @classmethod
+    def of(cls, directory: Path) -> "_Usage":
+        with cls._lock:
+            return cls._of.setdefault(directory.absolute(), cls())
+
+
+def _library_files(directory: Path) -> list[tuple[int, bool, int, Path]]:
+    """(last use in ns, is a shared row, bytes, path) of every file of the library: fragments, shared rows and
+    temporary files (a stale one, a crashed writer's, sorts as used long ago)."""
+    out = []
+    stale = time.time_ns() - _STALE_PART_SECONDS * 10**9
+    try:
+        tokenizers = [e for e in os.scandir(directory) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return out
+    for tokenizer in tokenizers:
+        for folder, is_row in ((tokenizer.path, False), (os.path.join(tokenizer.path, "rows"), True)):
+            try:
+                entries = list(os.scandir(folder))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            for e in entries:
+                if not e.is_file(follow_symlinks=False):
+                    continue
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if e.name.endswith(".part"):
+                    if st.st_mtime_ns > stale:
+                        continue  # a writer's, being written
+                    out.append((0, is_row, st.st_size, Path(e.path)))
+                elif e.name.endswith(".npz" if not is_row else ".z"):
+                    out.append((st.st_mtime_ns, is_row, st.st_size, Path(e.path)))
+    return out
+
+
+def _encode(arrays: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], dict[str, list[str]], dict[str, bytes]]:
+    """``arrays`` as stored: each segmented array's pieces (``_SEGMENTED``; the rows of a word table) either
+    shared — by their SHA-256, the bytes in ``rows`` — or kept in the file once each (``<name>__inline``), with per
+    piece its inline index (>= 0) or -1 - its index in ``shared[name]``."""
+    stored, shared, rows = dict(arrays), {}, {}
+    for data_name, bounds_name in [*_SEGMENTED, *((t, None) for t in _WORD_TABLES)]:
+        if data_name not in arrays:
+            continue
+        data = np.ascontiguousarray(arrays[data_name])
+        if bounds_name is None:
+            bounds = np.arange(len(data) + 1) * (data.shape[1] if data.ndim == 2 else 0)
+            flat = data.reshape(-1)
+        else:
+            bounds, flat = arrays[bounds_name], data
+        raw = flat.view(np.uint8)
+        width = flat.itemsize
+        index = np.empty(len(bounds) - 1, dtype=np.int32)
+        inline: dict[bytes, int] = {}
+        names: dict[str, int] = {}
+        for i, (lo, hi) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+            piece = raw[lo * width:hi * width].tobytes()
+            if len(piece) >= SHARED_MIN_BYTES:
+                digest = hashlib.sha256(piece).hexdigest()[:40]
+                rows[digest] = piece
+                index[i] = -1 - names.setdefault(digest, len(names))
+            else:
+                index[i] = inline.setdefault(piece, len(inline))
+        del stored[data_name]
+        stored[data_name + "__inline"] = np.frombuffer(b"".join(inline), dtype=flat.dtype)
+        stored[data_name + "__index"] = index
+        shared[data_name] = list(names)
+    return stored, shared, rows
+
+
+def _decode(stored: dict[str, np.ndarray], shared: dict[str, list[str]], shapes: dict[str, list[int]],
+            dtypes: dict[str, str], read_row) -> dict[str, np.ndarray]:
+    """The arrays ``_encode`` stored (``read_row(digest)``: a shared piece's bytes). ``ValueError`` where the
+    pieces do not fit."""
+    arrays = dict(stored)
+    for data_name, bounds_name in [*_SEGMENTED, *((t, None) for t in _WORD_TABLES)]:
+        if data_name + "__index" not in stored:
+            continue
+        dtype, shape = np.dtype(dtypes[data_name]), tuple(shapes[data_name])
+        inline, index = arrays.pop(data_name + "__inline"), arrays.pop(data_name + "__index").astype(np.int64)
+        if bounds_name is None:
+            width = shape[1] if len(shape) == 2 else 0
+            bounds = np.arange(shape[0] + 1, dtype=np.int64) * width
+        else:
+            bounds = stored[bounds_name].astype(np.int64)
+        lengths = np.diff(bounds)
+        if len(index) != len(lengths) or inline.dtype != dtype:
+            raise ValueError(f"{data_name}: pieces do not fit")
+        pool = [np.frombuffer(read_row(digest), dtype=dtype) for digest in shared[data_name]]
+        # every source piece one after another (the inline ones, then the shared), and where each starts
+        first = {}
+        for i, k in enumerate(index.tolist()):
+            first.setdefault(k, i)
+        inline_keys = sorted(k for k in first if k >= 0)
+        if inline_keys != list(range(len(inline_keys))):
+            raise ValueError(f"{data_name}: inline pieces out of order")
+        inline_lengths = np.array([lengths[first[k]] for k in inline_keys], dtype=np.int64)
+        if inline_lengths.sum() != len(inline) or len(first) - len(inline_keys) > len(pool):
+            raise ValueError(f"{data_name}: inline pieces do not fit")
+        source = np.concatenate([inline, *pool]) if pool else inline
+        starts = np.concatenate([[0], np.cumsum(inline_lengths)]).astype(np.int64)[:-1]
+        pool_starts = len(inline) + np.concatenate([[0], np.cumsum([len(p) for p in pool])]).astype(np.int64)
+        piece_start = np.where(index >= 0, starts[np.maximum(index, 0)] if len(starts) else 0,
+                               pool_starts[np.maximum(-1 - index, 0)])
+        piece_length = np.where(index >= 0, inline_lengths[np.maximum(index, 0)] if len(starts) else 0,
+                                np.diff(pool_starts)[np.maximum(-1 - index, 0)] if pool else 0)
+        if not np.array_equal(piece_length, lengths):
+            raise ValueError(f"{data_name}: piece lengths do not fit")
+        total = int(lengths.sum())
+        gather = np.arange(total, dtype=np.int64) + np.repeat(piece_start - bounds[:-1], lengths)
+        arrays[data_name] = source[gather].reshape(shape)
+    return arrays
+
+
+class FragmentStore:
+    """Fragments on disk under ``directory``, at most ``max_bytes`` of files (None: no cap), the least recently
+    used evicted first; counts ``loaded``, ``saved``, ``rejected`` and ``evicted`` files."""
+
+    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = DEFAULT_MAX_BYTES):
         self.directory = Path(directory)
-        self.loaded = self.saved = self.rejected = 0
+        self.max_bytes = max_bytes
+        self.loaded = self.saved = self.rejected = self.evicted = 0
+        self._usage = _Usage.of(self.directory)
 
     @staticmethod
     def _key_text(regex: str, entry_context: int, dead_exits: frozenset, canonical_only: bool,
@@ -70,8 +278,9 @@ class FragmentStore:
         return self.directory / _automaton_digest(canonical)[:32] / f"{name}.npz"
 
     @staticmethod
-    def _digest(key_text: str, arrays: dict[str, np.ndarray]) -> str:
+    def _digest(key_text: str, meta_text: str, arrays: dict[str, np.ndarray]) -> str:
         digest = hashlib.sha256(key_text.encode())
+        digest.update(meta_text.encode())
         for name in sorted(arrays):
             a = np.ascontiguousarray(arrays[name])
             digest.update(f"{name}:{a.dtype.str}:{a.shape}".encode())
@@ -80,54 +289,135 @@ class FragmentStore:
 
     def load(self, canonical: CanonicalAutomaton, regex: str, entry_context: int, dead_exits: frozenset,
              canonical_only: bool, eos: tuple[int, ...]):
-        """The stored fragment, or None (absent, or rejected: not trusted, to be compiled again)."""
+        """The stored fragment, or None (absent, or rejected: not trusted, to be compiled again). A fragment
+        loaded, and the shared rows it reads, are marked used now."""
 
         key_text = self._key_text(regex, entry_context, dead_exits, canonical_only, eos)
         path = self._path(canonical, key_text)
-        if not path.exists():
-            return None
+        rows_dir = path.parent / "rows"
+        used: list[Path] = []
+
+        def read_row(digest: str) -> bytes:
+            if len(digest) != 40 or not all(c in "0123456789abcdef" for c in digest):
+                raise ValueError("not a row name")
+            row_path = rows_dir / f"{digest}.z"
+            used.append(row_path)
+            piece = _ROW_CACHE.get(row_path)
+            if piece is None:
+                compressed = row_path.read_bytes()
+                try:
+                    piece = zlib.decompress(compressed)
+                    if hashlib.sha256(piece).hexdigest()[:40] != digest:
+                        raise ValueError("row checksum mismatch")
+                except Exception:  # removed, so that the fragment's save writes it again (rows are written
+                    row_path.unlink(missing_ok=True)  # atomically: a file that does not verify is never a writer's)
+                    raise
+                _ROW_CACHE.put(row_path, piece)
+            return piece
+
         try:
             with np.load(path, allow_pickle=False) as data:
-                header = json.loads(str(data["header"]))
-                arrays = {name: data[name] for name in data.files if name != "header"}
-            if header.get("key") != key_text or header.get("sha256") != self._digest(key_text, arrays):
+                header = json.loads(data["header"].tobytes().decode())
+                stored = {name: data[name] for name in data.files if name != "header"}
+        except FileNotFoundError:
+            return None
+        except Exception:  # unreadable, truncated: never trusted, rebuilt by the caller
+            self.rejected += 1
+            return None
+        try:
+            meta_text = json.dumps(header["meta"], sort_keys=True)
+            if header.get("key") != key_text or header.get("sha256") != self._digest(key_text, meta_text, stored):
                 raise ValueError("key or checksum mismatch")
-            exit_sets = [tuple(e) for e in header["exit_sets"]]
+            meta = header["meta"]
+            arrays = _decode(stored, meta["shared"], meta["shapes"], meta["dtypes"], read_row)
+            exit_sets = [tuple(e) for e in meta["exit_sets"]]
             exit_of_node = arrays.pop("exit_of_node")
-            kind = {"plain": Guide, "counted": CountedGuide}[header.get("guide", "plain")]
+            kind = {"plain": Guide, "counted": CountedGuide}[meta["guide"]]
             guide = kind._from_arrays(arrays, canonical, name="fragment")
             if len(exit_of_node) != guide.num_nodes or exit_of_node.max(initial=-1) >= len(exit_sets):
                 raise ValueError("exits do not fit the guide")
-        except Exception:  # unreadable, edited, truncated: never trusted, rebuilt by the caller
+        except Exception:  # edited, a shared row gone or edited, another format: never trusted, rebuilt
             self.rejected += 1
             return None
+        for used_path in (path, *dict.fromkeys(used)):
+            _touch(used_path)
         self.loaded += 1
         return Fragment(regex, entry_context, guide, exit_of_node, exit_sets, 0.0)
 
     def save(self, canonical: CanonicalAutomaton, fragment, *, dead_exits: frozenset, canonical_only: bool,
              eos: tuple[int, ...]) -> None:
-        """Write ``fragment`` atomically (a temporary file renamed over the final name)."""
+        """Write ``fragment`` atomically (a temporary file renamed over the final name), its long row pieces
+        beside it once each (those already there marked used), then evict past the cap."""
         key_text = self._key_text(fragment.regex, fragment.entry_context, dead_exits, canonical_only, eos)
         path = self._path(canonical, key_text)
         arrays = fragment.guide._to_arrays()
         arrays["exit_of_node"] = np.asarray(fragment.exit_of_node, dtype=np.int64)
-        header = json.dumps({"key": key_text, "sha256": self._digest(key_text, arrays),
-                             "exit_sets": [list(e) for e in fragment.exit_sets],
-                             "guide": "counted" if isinstance(fragment.guide, CountedGuide) else "plain"})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".part")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, header=np.array(header), **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        stored, shared, rows = _encode(arrays)
+        meta = {"exit_sets": [list(e) for e in fragment.exit_sets],
+                "guide": "counted" if isinstance(fragment.guide, CountedGuide) else "plain", "shared": shared,
+                "shapes": {name: list(arrays[name].shape) for name in shared},
+                "dtypes": {name: arrays[name].dtype.str for name in shared}}
+        meta_text = json.dumps(meta, sort_keys=True)
+        header = json.dumps({"key": key_text, "meta": meta, "sha256": self._digest(key_text, meta_text, stored)})
+        written = 0
+        rows_dir = path.parent / "rows"
+        for digest, piece in rows.items():
+            row_path = rows_dir / f"{digest}.z"
+            if row_path.exists():
+                _touch(row_path)
+                continue
+            compressed = zlib.compress(piece, 6)
+            _write_atomic(row_path, lambda f, data=compressed: f.write(data))
+            written += len(compressed)
+        _write_atomic(path, lambda f: np.savez_compressed(
+            f, header=np.frombuffer(header.encode(), dtype=np.uint8), **stored))
+        written += path.stat().st_size
         self.saved += 1
+        self._count(written)
+
+    # ---- the cap --------------------------------------------------------------------------------------------
+    def _count(self, written: int) -> None:
+        """Count ``written`` bytes; list the directory and evict where the cap may be passed."""
+        if self.max_bytes is None:
+            return
+        usage = self._usage
+        with _Usage._lock:
+            if usage.total is not None:
+                usage.total += written
+                usage.added += written
+                if usage.total <= self.max_bytes and usage.added <= self.max_bytes // 16:
+                    return
+        self.evict()
+
+    def evict(self, max_bytes: int | None = None) -> int:
+        """List the directory and, past ``max_bytes`` (default: the cap), delete the least recently used files
+        (a fragment before the shared rows used at the same time) down to 3/4 of it. Returns the bytes left.
+        Safe beside readers: a file open stays readable (POSIX), and a reader that finds a file gone compiles
+        the fragment again."""
+        cap = self.max_bytes if max_bytes is None else max_bytes
+        files = _library_files(self.directory)
+        total = sum(size for _, _, size, _ in files)
+        if cap is not None and total > cap:
+            for _, _, size, path in sorted(files, key=lambda f: (f[0], f[1])):
+                if total <= cap * 3 // 4:
+                    break
+                try:
+                    path.unlink()
+                except FileNotFoundError:  # another process evicted it first
+                    pass
+                else:
+                    self.evicted += 1
+                total -= size
+        with _Usage._lock:
+            self._usage.total, self._usage.added = total, 0
+            self._usage.listings += 1
+        return total
 
     def size_bytes(self) -> int:
-        """Bytes of all stored fragments (every tokenizer)."""
-        return sum(p.stat().st_size for p in self.directory.rglob("*.npz")) if self.directory.exists() else 0
+        """Bytes of all stored files: fragments and shared rows (every tokenizer)."""
+        return sum(size for _, _, size, _ in _library_files(self.directory))
 
     def count(self) -> int:
-        return sum(1 for _ in self.directory.rglob("*.npz")) if self.directory.exists() else 0
+        """Stored fragments (every tokenizer)."""
+        return sum(1 for _, is_row, _, path in _library_files(self.directory)
+                   if not is_row and path.suffix == ".npz")

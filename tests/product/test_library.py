@@ -1,0 +1,108 @@
+"""The on-disk fragment library's size: its cap evicts the least recently used files, a schema whose fragments were
+evicted compiles again exactly, and a shared row edited on disk is caught (``product.library``)."""
+
+import os
+import zlib
+
+import numpy as np
+
+import product.library as library
+import vegas
+from product.library import FragmentStore
+from product.stitched import FragmentLibrary, compile_stitched
+from tests.support import automaton_of, runtime_of
+from vegas.schema import Compiler
+
+SMALL = {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"],
+         "additionalProperties": False}
+LARGE = {"type": "object", "properties": {
+    "title": {"type": "string"}, "year": {"type": "integer"}, "score": {"type": "number"},
+    "tags": {"type": "array", "items": {"type": "string"}}, "done": {"type": "boolean"}},
+    "required": ["title", "year", "score", "tags", "done"], "additionalProperties": False}
+OTHER = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+         "additionalProperties": False}
+INSTANCE = {"title": "Dune", "year": 1965, "score": 4.5, "tags": ["sf", "desert"], "done": True}
+
+
+def _compile(schema, store):
+    """``schema``'s stitched guide from an empty memory library (a new process's view) over ``store``."""
+    canonical = automaton_of("gpt2")
+    compiler = Compiler.load(schema, "json", leaves=True)
+    return compile_stitched(compiler.document(), compiler.leaves, canonical, library=FragmentLibrary(canonical),
+                            store=store)
+
+
+def _files(directory):
+    return {p: p.stat().st_size for p in directory.rglob("*") if p.is_file()}
+
+
+def _masks(guide, ids):
+    state, masks = guide.initial_state, []
+    for t in ids:
+        masks.append(guide.allowed(state))
+        state = guide.advance(state, t)
+    return masks + [guide.allowed(state)]
+
+
+def test_the_cap_evicts_the_least_recently_used_and_an_evicted_schema_compiles_again_exactly(tmp_path):
+    _compile(SMALL, FragmentStore(tmp_path, max_bytes=None))
+    small = _files(tmp_path)
+    _compile(LARGE, FragmentStore(tmp_path, max_bytes=None))
+    large_only = {p: s for p, s in _files(tmp_path).items() if p not in small}
+    other_dir = tmp_path.parent / (tmp_path.name + "-other")
+    _compile(OTHER, FragmentStore(other_dir, max_bytes=None))
+    other = sum(_files(other_dir).values())
+    for path in _files(tmp_path):  # every file used a minute ago, then SMALL's used now (loaded)
+        os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns - 60 * 10**9))
+    store = FragmentStore(tmp_path, max_bytes=None)
+    _compile(SMALL, store)
+    assert store.loaded > 0 and store.saved == 0
+
+    # a cap the three schemas pass, where SMALL and OTHER fit in the 3/4 of it eviction goes down to
+    cap = (sum(small.values()) + other) * 4 // 3 + 1024
+    assert cap < sum(small.values()) + sum(large_only.values()) + other
+    store = FragmentStore(tmp_path, max_bytes=cap)
+    _compile(OTHER, store)
+    assert store.saved > 0 and store.evicted > 0
+    left = _files(tmp_path)
+    assert sum(left.values()) <= cap and store.size_bytes() == sum(left.values())
+    assert all(p in left for p in small)                               # used recently: kept
+    assert any(p not in left for p in large_only if p.suffix == ".npz")  # used least recently: gone first
+
+    # LARGE again: its evicted fragments compile again, and the guide is the one compiled without a library
+    store = FragmentStore(tmp_path, max_bytes=cap)
+    again = _compile(LARGE, store)
+    assert again.fragments_compiled > 0 and store.saved == again.fragments_compiled
+    fresh = _compile(LARGE, None)
+    text = vegas.format_instance(INSTANCE, LARGE)
+    ids = runtime_of("gpt2").encode(text, add_special_tokens=False).ids
+    assert again.accepts(ids) and fresh.accepts(ids)
+    assert all(np.array_equal(a, b) for a, b in zip(_masks(again, ids), _masks(fresh, ids), strict=True))
+    assert store.size_bytes() <= cap
+
+
+def test_the_total_is_counted_not_listed_on_every_save(tmp_path):
+    store = FragmentStore(tmp_path, max_bytes=1 << 30)
+    guide = _compile(LARGE, store)
+    assert store.saved == guide.fragments_compiled > 2
+    usage = library._Usage.of(tmp_path)
+    assert usage.listings == 1 and usage.total == store.size_bytes()  # listed at the first save only
+
+
+def test_a_changed_byte_in_a_shared_row_is_caught(tmp_path):
+    first = _compile(LARGE, FragmentStore(tmp_path, max_bytes=None))
+    rows = sorted(tmp_path.rglob("rows/*.z"))
+    assert rows and not list(tmp_path.rglob("*.part"))
+    piece = bytearray(zlib.decompress(rows[0].read_bytes()))
+    piece[len(piece) // 2] ^= 0x01  # valid zlib, other content
+    rows[0].write_bytes(zlib.compress(bytes(piece)))
+    library._ROW_CACHE = library._RowCache()  # a new process's view: rows read from disk
+    store = FragmentStore(tmp_path, max_bytes=None)
+    rebuilt = _compile(LARGE, store)
+    assert store.rejected > 0 and rebuilt.fragments_compiled == store.rejected
+    ids = runtime_of("gpt2").encode(vegas.format_instance(INSTANCE, LARGE), add_special_tokens=False).ids
+    assert all(np.array_equal(a, b) for a, b in zip(_masks(rebuilt, ids), _masks(first, ids), strict=True))
+    library._ROW_CACHE = library._RowCache()
+    store = FragmentStore(tmp_path, max_bytes=None)
+    _compile(LARGE, store)
+    assert store.rejected == 0 and store.loaded > 0  # the row rewritten is trusted again
