@@ -50,7 +50,7 @@ __all__ = ["FragmentStore", "default_library_dir", "DEFAULT_MAX_BYTES"]
 # 3: compressed; long row pieces stored once per tokenizer (``rows/``); the header as UTF-8 bytes, covered by the
 # checksum with the exits
 FORMAT_VERSION = 3
-# The cap's default. The 50 bench schemas (25 Glaiveai2K + 25 Github_easy, JSON and YAML) take ~70 MB on Llama-3
+# The cap's default. The 50 bench schemas (25 Glaiveai2K + 25 Github_easy, JSON and YAML) take 75 MB on Llama-3
 # (docs/schemas.md): 256 MB keeps a few such working sets, of any tokenizer, at a size nobody needs to clean by hand.
 DEFAULT_MAX_BYTES = 256 << 20
 SHARED_MIN_BYTES = 1024  # pieces at least this long (a packed row is 6 kB at 50k tokens) go to ``rows/``, once each
