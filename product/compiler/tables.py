@@ -432,6 +432,7 @@ class CompiledGuide:
                                                      A.pending_tokens, A.pending_next, R.offsets, R.tokens, R.targets,
                                                      num_ctx)
                 layers.append((frontier[~is_open], counts, tokens, node_ids(keys)))
+        checkpoint()
         N = len(table)
         self._node_q, self._node_ctx = (a.astype(np.int64) for a in np.divmod(table.keys[:N], num_ctx))
         self._node_of = dict(zip(zip(self._node_q.tolist(), self._node_ctx.tolist()), range(N)))
@@ -492,14 +493,21 @@ class CompiledGuide:
             narrow[self._seed_ids[seeds.wide]] = False
         after_class = self._automaton.after_class
         start_key = np.array([self._automaton.start_class % M], dtype=np.int64)  # node 0 is the start
-        keys = [start_key] + [entering_keys(e.groups, targets, e.group_tokens, e.group_bounds, after_class, narrow, M)
-                              for e in self._open_edges.values() for targets in (e.inside, e.boundary)]
+        keys = [start_key]
+        for e in self._open_edges.values():
+            checkpoint()
+            keys += [entering_keys(e.groups, targets, e.group_tokens, e.group_bounds, after_class, narrow, M)
+                     for targets in (e.inside, e.boundary)]
         keys.append(entering_keys(self._pending_edges, self._pending_inside, self._pending_tokens,
                                   self._pending_unit_bounds, after_class, narrow, M))
         if seeds is not None:  # the classes that may enter a seed, as given
             keys.append(np.repeat(self._seed_ids, np.diff(seeds.entering_bounds)) * M + seeds.entering)
+        checkpoint()
         distinct = NodeTable()  # a hash set: edges into a node share a few classes (sorting them all cost 0.3 s)
-        distinct.ids(np.concatenate(keys))
+        keys = np.concatenate(keys)
+        for lo in range(0, len(keys), _CHECKED_CHUNK):  # (tens of millions of edges: the budget checked between)
+            checkpoint()
+            distinct.ids(keys[lo:lo + _CHECKED_CHUNK])
         node, entering = np.divmod(np.sort(distinct.keys[:len(distinct)]), M)
         entering_bounds = np.searchsorted(node, np.arange(N + 1))
         # predecessors, from the successor lists of open nodes and the distinct targets of pending ones (GPT-2's
@@ -508,6 +516,7 @@ class CompiledGuide:
         targets = list(self._successors.values())
         pending_sources, pending_targets = pending_links(self._pending_nodes, self._pending_bounds,
                                                          self._pending_inside, N)
+        checkpoint()
         pred_source, pred_bounds = group_by(np.concatenate(targets + [pending_targets]),
                                             np.concatenate(sources + [pending_sources]), N)
         return narrow, entering, entering_bounds, pred_source, pred_bounds
@@ -522,7 +531,9 @@ class CompiledGuide:
         self._dead_count = np.zeros(N, dtype=np.int64)
         self._dead_bits = np.zeros((16, (self._M + 7) // 8), dtype=np.uint8)
         self._num_dead_rows = 0
+        checkpoint()
         narrow, entering, entering_bounds, pred_source, pred_bounds = self._entering_and_predecessors()
+        checkpoint()
         self._narrow, self._entering, self._entering_bounds = narrow, entering, entering_bounds
         num_entering = np.diff(entering_bounds)
 
@@ -611,6 +622,7 @@ class CompiledGuide:
         self._dead_count[nodes] = counts
 
 
+_CHECKED_CHUNK = 1 << 20  # keys per compiled call between two checks of the compile's budget
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
 

@@ -79,7 +79,7 @@ def test_cancelling_from_another_thread_stops_a_running_compile(gpt2):
     thread.join(timeout=30)
     stopped_after = time.monotonic() - cancelled_at
     assert isinstance(outcome["error"], CompileCancelledError), outcome
-    assert stopped_after < 0.3, stopped_after  # the checks come every few ms on this path
+    assert stopped_after < 0.5, stopped_after  # measured: 3-50 ms, up to ~0.25 s at a long compiled step
     # a cancelled budget stays cancelled: a compile started under it stops at once
     error, elapsed = _timed(lambda: compile_regex("[a-z]+", gpt2, budget=budget))
     assert isinstance(error, CompileCancelledError) and elapsed < 0.05
