@@ -50,8 +50,8 @@ def main() -> None:
     parser.add_argument("a", help="the revision before (any git revision)")
     parser.add_argument("b", help="the revision after")
     parser.add_argument("--rounds", type=int, default=2, help="timed rounds per revision, after one warm-up round")
-    parser.add_argument("--fields", default="compile_ms_p50,compile_warm_ms_p50,mask_us_mean,mask_us_p99,"
-                        "advance_us_mean,covered,valid_accepted,invalid_rejected",
+    parser.add_argument("--fields", default="compile_ms_p50,warm_compile_ms_p50,new_keys_compile_ms_p50,mask_us_mean,"
+                        "mask_us_p99,advance_us_mean,covered,valid_accepted,invalid_rejected",
                         help="fields to print (all numeric fields are in the JSON written)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ab.json")
     parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- SCRIPT ARGS... (a script of bench/)")
