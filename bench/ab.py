@@ -54,9 +54,13 @@ def main() -> None:
                         "mask_us_p99,advance_us_mean,covered,valid_accepted,invalid_rejected",
                         help="fields to print (all numeric fields are in the JSON written)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "ab.json")
-    parser.add_argument("bench", nargs=argparse.REMAINDER, help="-- SCRIPT ARGS... (a script of bench/)")
-    args = parser.parse_args()
-    bench = args.bench[1:] if args.bench[:1] == ["--"] else args.bench
+    parser.usage = "%(prog)s A B [--rounds N] [--fields F] [--out PATH] -- SCRIPT [ARGS...]"
+    argv = sys.argv[1:]
+    if "--" not in argv or argv.index("--") == len(argv) - 1:
+        parser.error("name the bench after --: -- SCRIPT [ARGS...] (a script of bench/)")
+    cut = argv.index("--")
+    args = parser.parse_args(argv[:cut])
+    bench = argv[cut + 1:]
     script, bench_args = bench[0], bench[1:]
     with tempfile.TemporaryDirectory() as tmp:
         trees = {}
