@@ -44,7 +44,6 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from urllib.parse import quote, unquote
 
 import json_schema as js
 import numpy as np
@@ -54,8 +53,6 @@ PAST_MS = 1000.0  # "no schema past 1 s"
 # (the third target, warm compile p50 no slower than 1.58 ms, is the default mode's, on Glaiveai2K + Github_easy:
 # the warm compiles here are of larger schemas, reported for the record)
 TARGETS = {"first_mask_p99_ms": 100.0, "mask_p99_us": 500.0}
-_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
-_DEPENDENT = ("dependentRequired", "dependencies", "dependentSchemas")
 _WORDLIKE = re.compile(r"(?=[a-z]*[aeiouy])[a-z]+")  # (descriptions also hold hex colours, hashes)
 _PARTS = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])|[^\W\d_]+|\d+|[\W_]+")
 
@@ -95,13 +92,13 @@ def _declared_names(node, found: set[str]) -> None:
             _declared_names(x, found)
     elif isinstance(node, dict):
         for key, value in node.items():
-            if key in _DATA_KEYWORDS:
+            if key in js.DATA_KEYWORDS:
                 continue
             if key == "properties" and isinstance(value, dict):
                 found.update(value)
             elif key == "required" and isinstance(value, list):
                 found.update(n for n in value if isinstance(n, str))
-            elif key in _DEPENDENT and isinstance(value, dict):
+            elif key in js.DEPENDENT_KEYWORDS and isinstance(value, dict):
                 found.update(value)
                 for sub in value.values():
                     if isinstance(sub, list):
@@ -153,49 +150,6 @@ def name_mapping(schema, pool: dict[int, list[str]], seed: int, key: str) -> dic
     return mapping
 
 
-def _renamed_ref(ref: str, m: dict[str, str]) -> str:
-    if "#" not in ref:
-        return ref
-    base, fragment = ref.split("#", 1)
-    segments = fragment.split("/")
-    i = 1
-    while i < len(segments):
-        if segments[i] == "properties" and i + 1 < len(segments):
-            raw = segments[i + 1]
-            name = unquote(raw).replace("~1", "/").replace("~0", "~")
-            if name in m:
-                new = m[name].replace("~", "~0").replace("/", "~1")
-                segments[i + 1] = quote(new, safe="~!$&'()*+,;=:@") if "%" in raw else new
-            i += 2
-        else:
-            i += 1
-    return base + "#" + "/".join(segments)
-
-
-def renamed_schema(node, m: dict[str, str]):
-    if isinstance(node, list):
-        return [renamed_schema(x, m) for x in node]
-    if not isinstance(node, dict):
-        return node
-    out = {}
-    for key, value in node.items():
-        if key in _DATA_KEYWORDS:
-            out[key] = value
-        elif key == "properties" and isinstance(value, dict):
-            out[key] = {m.get(n, n): renamed_schema(sub, m) for n, sub in value.items()}
-        elif key == "required" and isinstance(value, list):
-            out[key] = [m.get(n, n) if isinstance(n, str) else n for n in value]
-        elif key in _DEPENDENT and isinstance(value, dict):
-            out[key] = {m.get(n, n): ([m.get(x, x) if isinstance(x, str) else x for x in sub]
-                                      if isinstance(sub, list) else renamed_schema(sub, m))
-                        for n, sub in value.items()}
-        elif key == "$ref" and isinstance(value, str):
-            out[key] = _renamed_ref(value, m)
-        else:
-            out[key] = renamed_schema(value, m)
-    return out
-
-
 def renamed_data(node, m: dict[str, str]):
     if isinstance(node, list):
         return [renamed_data(x, m) for x in node]
@@ -223,7 +177,7 @@ def renamed_record(path: Path, pool: dict[int, list[str]], seed: int) -> dict:
     record = json.loads(path.read_text(encoding="utf-8"))
     schema = record["schema"]
     m = name_mapping(schema, pool, seed, path.stem)
-    new_schema = renamed_schema(schema, m)
+    new_schema = js.renamed_keys(schema, lambda name: m.get(name, name))
     tests, dropped = [], 0
     for test in record.get("tests", []):
         data = renamed_data(test["data"], m)
@@ -482,16 +436,7 @@ def assemble(args, names, outcomes, info, warm, renames) -> dict:
     common = {n for n in done if all(outcomes[e][n]["status"] == "ok" for e in engines)}
     table = {e: summarize(outcomes[e]) for e in engines}
     common_table = {e: summarize(outcomes[e], common) for e in engines}
-    kept = {}
-    for e in engines:
-        kept[e] = {}
-        for n, r in outcomes[e].items():
-            r = dict(r)
-            times = r.pop("mask_ns", None)
-            if times:
-                r["mask_us_mean"] = float(np.mean(times)) / 1e3
-                r["mask_us_max"] = float(np.max(times)) / 1e3
-            kept[e][n] = r
+    kept = js.kept_outcomes(outcomes)
     return {
         "mode": "first-sight",
         "machine": {"cpus": os.cpu_count(), "load_average_at_end": os.getloadavg()},

@@ -61,7 +61,6 @@ import multiprocessing
 import os
 import platform
 import random
-import re
 import shutil
 import sys
 import tempfile
@@ -69,6 +68,7 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import numpy as np
 
@@ -345,7 +345,7 @@ def _run_schema(engine, path: str, repeats: int, compiled_signal=lambda: None) -
         result["compile_warm_ms"] = float(np.median(warm_ms))
         # A new schema of the same shapes: every declared property renamed. Its value fragments are in the
         # library; the fragments that spell keys (and free keys, which exclude the declared ones) are not.
-        renamed = _renamed_keys(schema, "_x")
+        renamed = renamed_keys(schema, lambda name: name + "_x")
         if renamed != schema:
             _evict_private_caches()
             t0 = time.perf_counter()
@@ -572,32 +572,57 @@ def _percentile(values, q: float) -> float | None:
     return float(np.percentile(values, q)) if len(values) else None
 
 
-_DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})
+DATA_KEYWORDS = frozenset({"enum", "const", "default", "examples"})  # values, not schemas: never renamed
+DEPENDENT_KEYWORDS = ("dependentRequired", "dependencies", "dependentSchemas")
 
 
-def _renamed_keys(node, suffix: str):
-    """``node`` with every declared property name (``properties``, ``required``, ``dependentRequired``, and the
-    ``$ref`` pointers through ``properties``) given ``suffix``; values of data keywords are left as they are."""
+def renamed_keys(node, rename):
+    """``node`` with every declared property name ``n`` (``properties``, ``required``, the dependent keywords, and
+    the ``$ref`` pointers through ``properties``) written ``rename(n)``; values of data keywords are left as
+    they are. (The new-keys column renames with a suffix, ``--first-sight`` with fresh words.)"""
     if isinstance(node, list):
-        return [_renamed_keys(x, suffix) for x in node]
+        return [renamed_keys(x, rename) for x in node]
     if not isinstance(node, dict):
         return node
     out = {}
     for key, value in node.items():
-        if key in _DATA_KEYWORDS:
+        if key in DATA_KEYWORDS:
             out[key] = value
         elif key == "properties" and isinstance(value, dict):
-            out[key] = {name + suffix: _renamed_keys(sub, suffix) for name, sub in value.items()}
+            out[key] = {rename(name): renamed_keys(sub, rename) for name, sub in value.items()}
         elif key == "required" and isinstance(value, list):
-            out[key] = [name + suffix if isinstance(name, str) else name for name in value]
-        elif key in ("dependentRequired", "dependencies", "dependentSchemas") and isinstance(value, dict):
-            out[key] = {name + suffix: ([n + suffix for n in sub] if isinstance(sub, list)
-                                        else _renamed_keys(sub, suffix)) for name, sub in value.items()}
+            out[key] = [rename(name) if isinstance(name, str) else name for name in value]
+        elif key in DEPENDENT_KEYWORDS and isinstance(value, dict):
+            out[key] = {rename(name): ([rename(n) if isinstance(n, str) else n for n in sub]
+                                       if isinstance(sub, list) else renamed_keys(sub, rename))
+                        for name, sub in value.items()}
         elif key == "$ref" and isinstance(value, str):
-            out[key] = re.sub(r"(/properties/[^/]+)", lambda m: m.group(1) + suffix, value)
+            out[key] = _renamed_ref(value, rename)
         else:
-            out[key] = _renamed_keys(value, suffix)
+            out[key] = renamed_keys(value, rename)
     return out
+
+
+def _renamed_ref(ref: str, rename) -> str:
+    """``ref`` with the name after each ``properties`` segment of its fragment renamed (JSON-pointer escapes and
+    percent-encoding read and written back)."""
+    if "#" not in ref:
+        return ref
+    base, fragment = ref.split("#", 1)
+    segments = fragment.split("/")
+    i = 1
+    while i < len(segments):
+        if segments[i] == "properties" and i + 1 < len(segments):
+            raw = segments[i + 1]
+            name = unquote(raw).replace("~1", "/").replace("~0", "~")
+            new = rename(name)
+            if new != name:
+                new = new.replace("~", "~0").replace("/", "~1")
+                segments[i + 1] = quote(new, safe="~!$&'()*+,;=:@") if "%" in raw else new
+            i += 2
+        else:
+            i += 1
+    return base + "#" + "/".join(segments)
 
 
 def summarize(outcomes: dict[str, dict], names: list[str] | None = None) -> dict:
@@ -705,6 +730,22 @@ def run(args) -> dict:
     return assemble(args, names, outcomes, info)
 
 
+def kept_outcomes(outcomes: dict[str, dict[str, dict]]) -> dict[str, dict[str, dict]]:
+    """The outcomes as the results JSON keeps them: each schema's mask times summarised (mean, max in µs) instead of
+    listed step by step."""
+    kept: dict[str, dict[str, dict]] = {}
+    for engine, by_schema in outcomes.items():
+        kept[engine] = {}
+        for name, r in by_schema.items():
+            r = dict(r)
+            times = r.pop("mask_ns", None)
+            if times:
+                r["mask_us_mean"] = float(np.mean(times)) / 1e3
+                r["mask_us_max"] = float(np.max(times)) / 1e3
+            kept[engine][name] = r
+    return kept
+
+
 def assemble(args, names: list[str], outcomes: dict[str, dict[str, dict]], info: dict[str, dict]) -> dict:
     """The results of the engines run so far: tables, breakdowns, and per-schema outcomes (mask times
     summarised per schema rather than kept step by step)."""
@@ -721,16 +762,7 @@ def assemble(args, names: list[str], outcomes: dict[str, dict[str, dict]], info:
     errors = {e: dict(Counter(f"{r['error'].split(':', 1)[0]} ({r.get('keyword', '')})"
                               for r in outcomes[e].values() if r["status"] in ("error", "failed")).most_common())
               for e in engines}
-    kept: dict[str, dict[str, dict]] = {}
-    for e in engines:
-        kept[e] = {}
-        for name, r in outcomes[e].items():
-            r = dict(r)
-            times = r.pop("mask_ns", None)
-            if times:
-                r["mask_us_mean"] = float(np.mean(times)) / 1e3
-                r["mask_us_max"] = float(np.max(times)) / 1e3
-            kept[e][name] = r
+    kept = kept_outcomes(outcomes)
     return {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform(),
                     "load_average_at_end": os.getloadavg()},
