@@ -126,6 +126,13 @@ def fill_mask_at(address, table, descriptor, merge_class, eos):
     _fill_one(carray(uint32_at(address), table[TABLE_NUM_WORDS]), table, descriptor, merge_class, eos)
 
 
+@njit(inline="always")
+def _slot_row(slab_addresses, slab_rows, num_words, slot):
+    """The cached mask in ``slot``: row ``slot % slab_rows`` of slab ``slot // slab_rows`` (the slabs' addresses at
+    ``slab_addresses``)."""
+    return uint32_at(int64_at(slab_addresses)[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
+
+
 @njit("int64(int64, int64, int64, int64, int64, int64)", cache=True, boundscheck=False)
 def copy_cached_mask(cache_address, slab_addresses, slab_rows, num_words, state, address):
     """If ``state``'s mask is cached (the cache's record at ``cache_address``, its slabs' address table at
@@ -133,7 +140,7 @@ def copy_cached_mask(cache_address, slab_addresses, slab_rows, num_words, state,
     used, and return its slot; else -1. One compiled call for a cached mask, under the cache's lock, the GIL kept."""
     slot = cache_lookup(int64_at(cache_address), state)
     if slot >= 0:
-        cached = uint32_at(int64_at(slab_addresses)[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
+        cached = _slot_row(slab_addresses, slab_rows, num_words, slot)
         row = uint32_at(address)
         for w in range(num_words):
             row[w] = cached[w]
@@ -151,7 +158,7 @@ def keep_mask(cache_address, slab_addresses, slab_rows, num_words, state, addres
         return slot
     slot = cache_take(cache, state)
     if slot >= 0:
-        cached = uint32_at(int64_at(slab_addresses)[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
+        cached = _slot_row(slab_addresses, slab_rows, num_words, slot)
         row = uint32_at(address)
         for w in range(num_words):
             cached[w] = row[w]
@@ -181,9 +188,6 @@ def keep_mask(cache_address, slab_addresses, slab_rows, num_words, state, addres
 _COPY, COMPUTE, _REPEAT, DONE, NO_ROOM = range(5)
 
 
-@njit(inline="always")
-def _slot_row(guides, g, slot, num_words, slab_rows):
-    return uint32_at(int64_at(guides[g, BATCH_SLABS])[slot // slab_rows] + 4 * num_words * (slot % slab_rows))
 
 
 @njit(inline="always")
@@ -226,7 +230,7 @@ def _plan(guides, owner_of, states, kind, source):
 @njit(inline="always")
 def _copy_entry(guides, owner_of, out_addresses, num_words, slab_rows, kind, source, k):
     if kind[k] == _COPY:
-        _copy_words(uint32_at(out_addresses[k]), _slot_row(guides, owner_of[k], source[k], num_words, slab_rows),
+        _copy_words(uint32_at(out_addresses[k]), _slot_row(guides[owner_of[k], BATCH_SLABS], slab_rows, num_words, source[k]),
                     num_words)
 
 
@@ -262,7 +266,7 @@ def _keep_entry(guides, owner_of, states, out_addresses, num_words, slab_rows, k
     if kind[k] == _REPEAT:
         _copy_words(row, uint32_at(out_addresses[source[k]]), num_words)
     elif kind[k] == COMPUTE and cache_holds(int64_at(guides[owner_of[k], BATCH_CACHE]), source[k], states[k]):
-        _copy_words(_slot_row(guides, owner_of[k], source[k], num_words, slab_rows), row, num_words)
+        _copy_words(_slot_row(guides[owner_of[k], BATCH_SLABS], slab_rows, num_words, source[k]), row, num_words)
 
 
 # Each pass serial and parallel (range / prange: one Python function compiled twice would share numba's on-disk
