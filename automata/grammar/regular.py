@@ -1,0 +1,237 @@
+"""A grammar whose language is regular, written as one regex (the syntax ``automata.from_regex`` reads).
+
+Rules are written bottom-up over the reference graph's strongly connected components (dependencies first):
+
+- a rule outside any cycle is its body with each reference replaced by the referenced rule's regex;
+- a cycle of rules whose every recursive reference is in *tail* position (right-linear: ``list ::= item list |
+  item``, ``a ::= "x" b?``, ``b ::= "y" a``) is a system of equations ``X = c_X | a_XY Y | ...`` over the cycle's
+  rules, solved by eliminating one rule at a time with Arden's rule (``X = a X | b`` is ``X = a* b``);
+- any other recursion — a reference with text after it (``"(" expr ")"``), inside a repetition, or in the middle
+  of a sequence — is refused with ``UnsupportedGrammarError`` (construct "recursion"), naming the rule and its
+  line: its language may not be regular, and canonmerge's guides are automata.
+
+Characters are written as themselves where the regex syntax allows, ``\\xHH`` for control characters, escaped
+where special; Lark's case-insensitive literals and regex flags become ``(?i:...)``/``(?s:...)`` groups. A regex
+longer than ``max_length`` (a DAG of rules written out as a tree can grow exponentially) raises
+``StateLimitError``.
+
+Leaves out: tokens (``product.grammar`` compiles the regex), and left-linear recursion (``X ::= X "a" | "b"``),
+which is regular too but refused here.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+
+from automata.errors import StateLimitError
+from automata.grammar.ir import (
+    MAX_CODE_POINT,
+    CharClass,
+    Choice,
+    Expr,
+    Grammar,
+    Literal,
+    Ref,
+    Regex,
+    Repeat,
+    Sequence,
+    UnsupportedGrammarError,
+    references,
+)
+
+__all__ = ["to_regex", "MAX_REGEX_LENGTH"]
+
+MAX_REGEX_LENGTH = 2_000_000
+_SPECIAL = frozenset("\\.^$*+?{}[]|()/")
+_CLASS_SPECIAL = frozenset("\\]^-[")
+_NOTHING = "[^\\x00-\U0010ffff]"  # a class no character is in: the empty language
+
+
+def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH) -> str:
+    """The regex of ``grammar``'s language (``re.fullmatch`` semantics); errors: see the module's docstring."""
+    grammar = grammar.lowered()
+    writer = _Writer(grammar, max_length)
+    graph = nx.DiGraph()
+    reachable = grammar.reachable()
+    graph.add_nodes_from(reachable)
+    for name in reachable:
+        graph.add_edges_from((name, ref.name) for ref in references(grammar.rules[name].body))
+    condensed = nx.condensation(graph)
+    for component in reversed(list(nx.topological_sort(condensed))):  # dependencies first
+        members = condensed.nodes[component]["members"]
+        if len(members) == 1 and not graph.has_edge(*(2 * tuple(members))):
+            (name,) = members
+            writer.done[name] = writer.write(grammar.rules[name].body)
+        else:
+            writer.solve([n for n in reachable if n in members])
+    return writer.done[grammar.start]
+
+
+class _Writer:
+    """Regexes of rules: ``done`` holds each finished rule's."""
+
+    def __init__(self, grammar: Grammar, max_length: int):
+        self.grammar, self.max_length = grammar, max_length
+        self.done: dict[str, str] = {}
+
+    def checked(self, regex: str) -> str:
+        if len(regex) > self.max_length:
+            raise StateLimitError(f"the grammar's regex would be longer than {self.max_length:,} characters")
+        return regex
+
+    def write(self, expr: Expr) -> str:
+        """The regex of an expression whose references are all to finished rules."""
+        if isinstance(expr, Literal):
+            text = "".join(_char(c) for c in expr.text)
+            return f"(?i:{text})" if expr.ignore_case and text else text
+        if isinstance(expr, CharClass):
+            return _class(expr)
+        if isinstance(expr, Regex):
+            flags = "".join(f for f in expr.flags if f != "u")
+            if set(flags) - set("is"):
+                raise UnsupportedGrammarError(f"regex /{expr.pattern}/{expr.flags}: only the flags i, s and u are "
+                                              "supported in a compiled grammar", construct=f"regex flags {flags}")
+            return f"(?{flags}:{expr.pattern})" if flags else f"(?:{expr.pattern})"
+        if isinstance(expr, Ref):
+            return f"(?:{self.done[expr.name]})"
+        if isinstance(expr, Sequence):
+            return self.checked("".join(self.atom(item) for item in expr.items))
+        if isinstance(expr, Choice):
+            return self.checked("(?:" + "|".join(self.write(option) for option in expr.options) + ")")
+        inner = self.atom(expr.item)
+        if not inner:
+            return ""
+        if (expr.min, expr.max) == (0, None):
+            q = "*"
+        elif (expr.min, expr.max) == (1, None):
+            q = "+"
+        elif (expr.min, expr.max) == (0, 1):
+            q = "?"
+        elif expr.max is None:
+            q = f"{{{expr.min},}}"
+        elif expr.min == expr.max:
+            q = f"{{{expr.min}}}"
+        else:
+            q = f"{{{expr.min},{expr.max}}}"
+        return self.checked(f"(?:{inner}){q}")
+
+    def atom(self, expr: Expr) -> str:
+        """``write(expr)`` as one unit a quantifier or a concatenation may follow."""
+        text = self.write(expr)
+        if isinstance(expr, (Choice, Repeat, Ref, Regex, CharClass)) or len(text) <= 1:
+            return text
+        return f"(?:{text})"
+
+    # ---- right-linear cycles -------------------------------------------------------------------------------
+    def solve(self, members: list[str]) -> None:
+        """Finish the rules of one cycle, if every recursive reference in it is a tail (else refuse)."""
+        cycle = set(members)
+        equations = {}
+        for name in members:
+            rule = self.grammar.rules[name]
+            linear = self.linear(rule.body, cycle)
+            if linear is None:
+                raise UnsupportedGrammarError(
+                    f"rule {name!r} is recursive in a way a regex cannot express (a recursive reference with text "
+                    "after it, or inside a repetition); compiling recursive grammars is not supported yet",
+                    construct="recursion", line=rule.at.line, column=rule.at.column, rule=name)
+            equations[name] = linear
+        # eliminate each rule in turn: X = a X | rest  ->  X = a* rest, then substitute X in the others
+        for x in members:
+            const, coeffs = equations.pop(x)
+            loop = coeffs.pop(x, None)
+            if loop is not None:
+                star = f"(?:{loop})*"
+                const = None if const is None else star + _group(const)
+                coeffs = {y: star + _group(a) for y, a in coeffs.items()}
+            equations_x = (const, coeffs)
+            for z, (c_z, a_z) in equations.items():
+                a_zx = a_z.pop(x, None)
+                if a_zx is None:
+                    continue
+                if const is not None:
+                    c_z = _union(c_z, a_zx + _group(const))
+                for y, a in coeffs.items():
+                    a_z[y] = _union(a_z.get(y), a_zx + _group(a))
+                equations[z] = (c_z, a_z)
+            self.done[x] = equations_x  # type: ignore[assignment]  (finished below, once its coefficients are)
+        # back-substitute in reverse order: the last rule eliminated has no references left
+        for x in reversed(members):
+            const, coeffs = self.done[x]  # type: ignore[misc]
+            regex = const
+            for y, a in coeffs.items():
+                regex = _union(regex, a + _group(self.done[y]))
+            self.done[x] = self.checked(_NOTHING if regex is None else regex)
+
+    def linear(self, expr: Expr, cycle: set[str]):
+        """``expr`` as ``(c, {Y: a_Y})`` with ``expr = c | a_Y Y | ...`` (regexes; ``None``: the empty set), the
+        ``Y`` rules of ``cycle``; None if a reference to the cycle is not a tail."""
+        if not any(ref.name in cycle for ref in references(expr)):
+            return self.write(expr), {}
+        if isinstance(expr, Ref):
+            return None, {expr.name: ""}
+        if isinstance(expr, Choice):
+            const, coeffs = None, {}
+            for option in expr.options:
+                linear = self.linear(option, cycle)
+                if linear is None:
+                    return None
+                const = _union(const, linear[0])
+                for y, a in linear[1].items():
+                    coeffs[y] = _union(coeffs.get(y), a)
+            return const, coeffs
+        if isinstance(expr, Sequence):
+            *head, last = expr.items
+            if any(ref.name in cycle for item in head for ref in references(item)):
+                return None
+            linear = self.linear(last, cycle)
+            if linear is None:
+                return None
+            prefix = "".join(self.atom(item) for item in head)
+            const = None if linear[0] is None else prefix + _group(linear[0])
+            return const, {y: prefix + _group(a) for y, a in linear[1].items()}
+        if isinstance(expr, Repeat) and expr.max == 1:  # x? with x a tail: "" | x
+            linear = self.linear(expr.item, cycle)
+            if linear is None:
+                return None
+            return (_union(linear[0], "") if expr.min == 0 else linear[0]), linear[1]
+        return None
+
+
+def _group(regex: str) -> str:
+    return regex if len(regex) <= 1 else f"(?:{regex})"
+
+
+def _union(a: str | None, b: str | None) -> str | None:
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return f"(?:{a}|{b})"
+
+
+def _char(c: str) -> str:
+    """One character as a regex outside a class."""
+    o = ord(c)
+    if o < 0x20 or o == 0x7F:
+        return f"\\x{o:02x}"
+    return "\\" + c if c in _SPECIAL else c
+
+
+def _class_char(o: int) -> str:
+    if o < 0x20 or o == 0x7F:
+        return f"\\x{o:02x}"
+    c = chr(o)
+    return "\\" + c if c in _CLASS_SPECIAL else c
+
+
+def _class(cls: CharClass) -> str:
+    ranges = cls.ranges
+    if not ranges:
+        return "[\\x00-\U0010ffff]" if cls.negated else _NOTHING
+    if not cls.negated and len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+        return _char(chr(ranges[0][0]))
+    if cls.negated and ranges == ((0, MAX_CODE_POINT),):
+        return _NOTHING
+    body = "".join(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}" for lo, hi in ranges)
+    return f"[{'^' if cls.negated else ''}{body}]"
