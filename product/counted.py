@@ -144,6 +144,7 @@ class CountedGuide(Guide):
                 or dead_bits.shape[1:] != ((layers._M + 7) // 8,)):
             raise ValueError("budget layers do not fit the guide")
         layers._status, layers._dead_row, layers._dead_bits = status, dead_row, dead_bits
+        layers._num_dead_rows = len(dead_bits)  # (so that a loaded guide is written again as it was read)
         guide.horizon, guide._layers = H, layers
         guide._layer_of, guide._layer_first = layer_of, np.cumsum(width) - width
         guide._forced = {}

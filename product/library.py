@@ -13,6 +13,14 @@ hash collision of keys) counts as ``rejected``, and the fragment is compiled aga
 automaton digest is the SHA-256 of the canonical automaton's arrays, so a library never serves fragments of
 another tokenizer.
 
+What is kept, and when: a fragment whose compile took less than ``min_compile_seconds`` (default
+``MIN_COMPILE_SECONDS``) is not written (a literal key compiles in ~2 ms, about what reading its file back costs);
+the others are written *behind* the compile, by one writer thread per process (``keep``), so a compile returns
+before its fragments are compressed and written. A fragment waiting for the writer is served from memory to a
+``load`` of the same key; ``flush`` waits for the writer; the writer's queue is drained before the interpreter
+exits. A write that fails (disk full, permissions) leaves no file, costs no compile, and is counted
+(``write_errors``, the last one in ``last_write_error``).
+
 The cap (``max_bytes``, default ``DEFAULT_MAX_BYTES``) bounds the directory, every tokenizer's files together
 (older formats' files too, until evicted). A file's mtime is its last use: set when written, and on a load, for
 the fragment and the rows it read (``os.utime``, no rewrite). When a save takes the total past the cap, the
@@ -34,6 +42,7 @@ import threading
 import time
 import zlib
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +54,7 @@ from product.counted import CountedGuide
 from product.runtime.guide import Guide
 from product.stitched import Fragment
 
-__all__ = ["FragmentStore", "default_library_dir", "DEFAULT_MAX_BYTES"]
+__all__ = ["FragmentStore", "default_library_dir", "DEFAULT_MAX_BYTES", "MIN_COMPILE_SECONDS"]
 
 # 3: compressed; long row pieces stored once per tokenizer (``rows/``); the header as UTF-8 bytes, covered by the
 # checksum with the exits
@@ -53,6 +62,9 @@ FORMAT_VERSION = 3
 # The cap's default. The 50 bench schemas (25 Glaiveai2K + 25 Github_easy, JSON and YAML) take 75 MB on Llama-3
 # (docs/schemas.md): 256 MB keeps a few such working sets, of any tokenizer, at a size nobody needs to clean by hand.
 DEFAULT_MAX_BYTES = 256 << 20
+# Fragments compiled faster than this are not written: reading one back costs about as much (a literal key: ~2 ms
+# either way on Llama-3), and they were most of the files.
+MIN_COMPILE_SECONDS = 0.005
 SHARED_MIN_BYTES = 1024  # pieces at least this long (a packed row is 6 kB at 50k tokens) go to ``rows/``, once each
 # (data, bounds) pairs whose pieces are stored by content: the guide's rows, its transitions' tokens per state, its
 # pending rows (the counted guide's budget layers too, ``layers_``); and the rows of transitions_common_words
@@ -72,6 +84,19 @@ def default_library_dir() -> Path:
 def _library_dir(cache_root: str | None, home: str | None) -> Path:
     """(Per environment: building the path costs ~80 µs here, 3 % of a warm schema compile.)"""
     return cache_dir() / "fragments"
+
+
+_WRITER: ThreadPoolExecutor | None = None
+_WRITER_LOCK = threading.Lock()
+
+
+def _writer() -> ThreadPoolExecutor:
+    """The process's one library writer thread (``concurrent.futures`` drains its queue at interpreter exit)."""
+    global _WRITER
+    with _WRITER_LOCK:
+        if _WRITER is None:
+            _WRITER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="canonmerge-library")
+        return _WRITER
 
 
 def _automaton_digest(canonical: CanonicalAutomaton) -> str:
@@ -258,13 +283,54 @@ def _decode(stored: dict[str, np.ndarray], shared: dict[str, list[str]], shapes:
 
 class FragmentStore:
     """Fragments on disk under ``directory``, at most ``max_bytes`` of files (None: no cap), the least recently
-    used evicted first; counts ``loaded``, ``saved``, ``rejected`` and ``evicted`` files."""
+    used evicted first; fragments compiled in less than ``min_compile_seconds`` not kept; ``write_behind``: written
+    by the process's writer thread (False: by ``keep`` itself). Counts ``loaded``, ``saved``, ``rejected``,
+    ``evicted`` files and ``write_errors``."""
 
-    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = DEFAULT_MAX_BYTES):
+    def __init__(self, directory: str | os.PathLike, max_bytes: int | None = DEFAULT_MAX_BYTES, *,
+                 min_compile_seconds: float = MIN_COMPILE_SECONDS, write_behind: bool = True):
         self.directory = Path(directory)
         self.max_bytes = max_bytes
-        self.loaded = self.saved = self.rejected = self.evicted = 0
+        self.min_compile_seconds, self.write_behind = min_compile_seconds, write_behind
+        self.loaded = self.saved = self.rejected = self.evicted = self.write_errors = 0
+        self.last_write_error: BaseException | None = None
         self._usage = _Usage.of(self.directory)
+        self._pending: dict[Path, Fragment] = {}  # handed to the writer, not yet written
+        self._written = threading.Condition()  # notified as the writer finishes each
+
+    def keep(self, canonical: CanonicalAutomaton, fragment, *, dead_exits: frozenset, canonical_only: bool,
+             eos: tuple[int, ...]) -> None:
+        """Store ``fragment`` (just compiled, under the key ``load`` reads) if its compile took at least
+        ``min_compile_seconds``: behind the caller, on the writer thread, where ``write_behind``."""
+        if fragment.seconds < self.min_compile_seconds:
+            return
+        options = dict(dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
+        if not self.write_behind:
+            self.save(canonical, fragment, **options)
+            return
+        path = self._path(canonical, self._key_text(fragment.regex, fragment.entry_context, dead_exits,
+                                                    canonical_only, eos))
+        with self._written:
+            if path in self._pending:
+                return
+            self._pending[path] = fragment
+        _writer().submit(self._write_pending, path, canonical, fragment, options)
+
+    def _write_pending(self, path: Path, canonical: CanonicalAutomaton, fragment, options: dict) -> None:
+        try:
+            self.save(canonical, fragment, **options)
+        except Exception as exc:  # (a cache that cannot be written costs the next process a compile, no more)
+            self.write_errors += 1
+            self.last_write_error = exc
+        finally:
+            with self._written:
+                del self._pending[path]
+                self._written.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every fragment ``keep`` handed to the writer is written (or failed: ``write_errors``)."""
+        with self._written:
+            self._written.wait_for(lambda: not self._pending)
 
     @staticmethod
     def _key_text(regex: str, entry_context: int, dead_exits: frozenset, canonical_only: bool,
@@ -294,6 +360,11 @@ class FragmentStore:
 
         key_text = self._key_text(regex, entry_context, dead_exits, canonical_only, eos)
         path = self._path(canonical, key_text)
+        with self._written:
+            pending = self._pending.get(path)
+        if pending is not None:  # (still with the writer: the fragment itself)
+            self.loaded += 1
+            return Fragment(regex, entry_context, pending.guide, pending.exit_of_node, pending.exit_sets, 0.0)
         rows_dir = path.parent / "rows"
         used: list[Path] = []
 
@@ -346,8 +417,9 @@ class FragmentStore:
 
     def save(self, canonical: CanonicalAutomaton, fragment, *, dead_exits: frozenset, canonical_only: bool,
              eos: tuple[int, ...]) -> None:
-        """Write ``fragment`` atomically (a temporary file renamed over the final name), its long row pieces
-        beside it once each (those already there marked used), then evict past the cap."""
+        """Write ``fragment`` now, atomically (a temporary file renamed over the final name), its long row pieces
+        beside it once each (those already there marked used), then evict past the cap. (``keep`` decides whether
+        a fragment is worth it and writes it behind the compile.)"""
         key_text = self._key_text(fragment.regex, fragment.entry_context, dead_exits, canonical_only, eos)
         path = self._path(canonical, key_text)
         arrays = fragment.guide._to_arrays()
@@ -387,13 +459,18 @@ class FragmentStore:
                 usage.added += written
                 if usage.total <= self.max_bytes and usage.added <= self.max_bytes // 16:
                     return
-        self.evict()
+        self._evict()
 
     def evict(self, max_bytes: int | None = None) -> int:
         """List the directory and, past ``max_bytes`` (default: the cap), delete the least recently used files
         (a fragment before the shared rows used at the same time) down to 3/4 of it. Returns the bytes left.
         Safe beside readers: a file open stays readable (POSIX), and a reader that finds a file gone compiles
         the fragment again."""
+        self.flush()
+        return self._evict(max_bytes)
+
+    def _evict(self, max_bytes: int | None = None) -> int:
+        """``evict`` without waiting for the writer (the writer itself evicts after its saves)."""
         cap = self.max_bytes if max_bytes is None else max_bytes
         files = _library_files(self.directory)
         total = sum(size for _, _, size, _ in files)
@@ -414,10 +491,12 @@ class FragmentStore:
         return total
 
     def size_bytes(self) -> int:
-        """Bytes of all stored files: fragments and shared rows (every tokenizer)."""
+        """Bytes of all stored files: fragments and shared rows (every tokenizer), once the writer is done."""
+        self.flush()
         return sum(size for _, _, size, _ in _library_files(self.directory))
 
     def count(self) -> int:
-        """Stored fragments (every tokenizer)."""
+        """Stored fragments (every tokenizer), once the writer is done."""
+        self.flush()
         return sum(1 for _, is_row, _, path in _library_files(self.directory)
                    if not is_row and path.suffix == ".npz")

@@ -170,7 +170,7 @@ class FragmentLibrary:
                 raise
             compiled = True
             if store is not None:
-                store.save(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
+                store.keep(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
         size = fragment.guide.memory_bytes
         with self._lock:
             self._bytes += size - self._size.get(key, 0)

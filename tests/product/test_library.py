@@ -1,7 +1,9 @@
 """The on-disk fragment library's size: its cap evicts the least recently used files, a schema whose fragments were
-evicted compiles again exactly, and a shared row edited on disk is caught (``product.library``)."""
+evicted compiles again exactly, and a shared row edited on disk is caught; what it keeps (fragments worth reading
+back) and how (behind the compile, on the writer thread) (``product.library``)."""
 
 import os
+import threading
 import zlib
 
 import numpy as np
@@ -28,8 +30,11 @@ def _compile(schema, store):
     """``schema``'s stitched guide from an empty memory library (a new process's view) over ``store``."""
     canonical = automaton_of("gpt2")
     compiler = Compiler.load(schema, "json", leaves=True)
-    return compile_stitched(compiler.document(), compiler.leaves, canonical, library=FragmentLibrary(canonical),
-                            store=store)
+    guide = compile_stitched(compiler.document(), compiler.leaves, canonical, library=FragmentLibrary(canonical),
+                             store=store)
+    if store is not None:
+        store.flush()  # (the files are written behind the compile)
+    return guide
 
 
 def _files(directory):
@@ -45,23 +50,23 @@ def _masks(guide, ids):
 
 
 def test_the_cap_evicts_the_least_recently_used_and_an_evicted_schema_compiles_again_exactly(tmp_path):
-    _compile(SMALL, FragmentStore(tmp_path, max_bytes=None))
+    _compile(SMALL, FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0))
     small = _files(tmp_path)
-    _compile(LARGE, FragmentStore(tmp_path, max_bytes=None))
+    _compile(LARGE, FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0))
     large_only = {p: s for p, s in _files(tmp_path).items() if p not in small}
     other_dir = tmp_path.parent / (tmp_path.name + "-other")
-    _compile(OTHER, FragmentStore(other_dir, max_bytes=None))
+    _compile(OTHER, FragmentStore(other_dir, max_bytes=None, min_compile_seconds=0))
     other = sum(_files(other_dir).values())
     for path in _files(tmp_path):  # every file used a minute ago, then SMALL's used now (loaded)
         os.utime(path, ns=(os.stat(path).st_atime_ns, os.stat(path).st_mtime_ns - 60 * 10**9))
-    store = FragmentStore(tmp_path, max_bytes=None)
+    store = FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0)
     _compile(SMALL, store)
     assert store.loaded > 0 and store.saved == 0
 
     # a cap the three schemas pass, where SMALL and OTHER fit in the 3/4 of it eviction goes down to
     cap = (sum(small.values()) + other) * 4 // 3 + 1024
     assert cap < sum(small.values()) + sum(large_only.values()) + other
-    store = FragmentStore(tmp_path, max_bytes=cap)
+    store = FragmentStore(tmp_path, max_bytes=cap, min_compile_seconds=0)
     _compile(OTHER, store)
     assert store.saved > 0 and store.evicted > 0
     left = _files(tmp_path)
@@ -70,7 +75,7 @@ def test_the_cap_evicts_the_least_recently_used_and_an_evicted_schema_compiles_a
     assert any(p not in left for p in large_only if p.suffix == ".npz")  # used least recently: gone first
 
     # LARGE again: its evicted fragments compile again, and the guide is the one compiled without a library
-    store = FragmentStore(tmp_path, max_bytes=cap)
+    store = FragmentStore(tmp_path, max_bytes=cap, min_compile_seconds=0)
     again = _compile(LARGE, store)
     assert again.fragments_compiled > 0 and store.saved == again.fragments_compiled
     fresh = _compile(LARGE, None)
@@ -82,7 +87,7 @@ def test_the_cap_evicts_the_least_recently_used_and_an_evicted_schema_compiles_a
 
 
 def test_the_total_is_counted_not_listed_on_every_save(tmp_path):
-    store = FragmentStore(tmp_path, max_bytes=1 << 30)
+    store = FragmentStore(tmp_path, max_bytes=1 << 30, min_compile_seconds=0)
     guide = _compile(LARGE, store)
     assert store.saved == guide.fragments_compiled > 2
     usage = library._Usage.of(tmp_path)
@@ -90,19 +95,57 @@ def test_the_total_is_counted_not_listed_on_every_save(tmp_path):
 
 
 def test_a_changed_byte_in_a_shared_row_is_caught(tmp_path):
-    first = _compile(LARGE, FragmentStore(tmp_path, max_bytes=None))
+    first = _compile(LARGE, FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0))
     rows = sorted(tmp_path.rglob("rows/*.z"))
     assert rows and not list(tmp_path.rglob("*.part"))
     piece = bytearray(zlib.decompress(rows[0].read_bytes()))
     piece[len(piece) // 2] ^= 0x01  # valid zlib, other content
     rows[0].write_bytes(zlib.compress(bytes(piece)))
     library._ROW_CACHE = library._RowCache()  # a new process's view: rows read from disk
-    store = FragmentStore(tmp_path, max_bytes=None)
+    store = FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0)
     rebuilt = _compile(LARGE, store)
     assert store.rejected > 0 and rebuilt.fragments_compiled == store.rejected
     ids = runtime_of("gpt2").encode(vegas.format_instance(INSTANCE, LARGE), add_special_tokens=False).ids
     assert all(np.array_equal(a, b) for a, b in zip(_masks(rebuilt, ids), _masks(first, ids), strict=True))
     library._ROW_CACHE = library._RowCache()
-    store = FragmentStore(tmp_path, max_bytes=None)
+    store = FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0)
     _compile(LARGE, store)
     assert store.rejected == 0 and store.loaded > 0  # the row rewritten is trusted again
+
+
+def test_fragments_are_written_behind_the_compile_and_served_from_memory_until_written(tmp_path):
+    gate = threading.Event()
+    library._writer().submit(gate.wait, 60)  # the writer busy: what the compile hands it waits
+    try:
+        store = FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0)
+        canonical = automaton_of("gpt2")
+        compiler = Compiler.load(LARGE, "json", leaves=True)
+        guide = compile_stitched(compiler.document(), compiler.leaves, canonical,
+                                 library=FragmentLibrary(canonical), store=store)
+        assert guide.fragments_compiled > 2 and store.saved == 0 and not list(tmp_path.rglob("*.npz"))
+        again = compile_stitched(compiler.document(), compiler.leaves, canonical,
+                                 library=FragmentLibrary(canonical), store=store)  # a new library: from the store
+        assert again.fragments_compiled == 0 and store.loaded == guide.num_fragments and store.saved == 0
+    finally:
+        gate.set()
+    store.flush()
+    assert store.saved == guide.fragments_compiled == len(list(tmp_path.rglob("*.npz")))
+    assert not list(tmp_path.rglob("*.part")) and store.write_errors == 0
+    fresh = FragmentStore(tmp_path, max_bytes=None)
+    loaded = _compile(LARGE, fresh)
+    assert loaded.fragments_compiled == 0 and fresh.loaded == guide.num_fragments
+    ids = runtime_of("gpt2").encode(vegas.format_instance(INSTANCE, LARGE), add_special_tokens=False).ids
+    assert all(np.array_equal(a, b) for a, b in zip(_masks(loaded, ids), _masks(guide, ids), strict=True))
+
+
+def test_fast_fragments_are_not_kept_and_a_failed_write_costs_no_compile(tmp_path):
+    quick = _compile(LARGE, FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=3600))
+    assert quick.fragments_compiled > 2 and not list(tmp_path.rglob("*"))
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_bytes(b"")  # the library's directory cannot be made under a file
+    store = FragmentStore(blocked, max_bytes=None, min_compile_seconds=0)
+    guide = _compile(LARGE, store)
+    assert store.write_errors == guide.fragments_compiled > 2 and store.saved == 0
+    assert isinstance(store.last_write_error, OSError)
+    ids = runtime_of("gpt2").encode(vegas.format_instance(INSTANCE, LARGE), add_special_tokens=False).ids
+    assert guide.accepts(ids)

@@ -283,14 +283,17 @@ def test_the_on_disk_library_serves_fragments_and_survives_corrupt_files(tmp_pat
     skeleton = compiler.document()
 
     def compile_fresh(store):  # a new process's view: an empty memory library
-        return compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), store=store)
+        guide = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical),
+                                 store=store)
+        store.flush()  # (written behind the compile)
+        return guide
 
-    store = FragmentStore(tmp_path)
+    store = FragmentStore(tmp_path, min_compile_seconds=0)
     first = compile_fresh(store)
     assert store.saved == first.fragments_compiled == first.num_fragments > 1
     reference = _walk_masks(first, 0)
 
-    store = FragmentStore(tmp_path)
+    store = FragmentStore(tmp_path, min_compile_seconds=0)
     loaded = compile_fresh(store)
     assert loaded.fragments_compiled == 0 and store.loaded == loaded.num_fragments
     assert all(np.array_equal(a, b) for a, b in zip(_walk_masks(loaded, 0), reference, strict=True))
@@ -303,7 +306,7 @@ def test_the_on_disk_library_serves_fragments_and_survives_corrupt_files(tmp_pat
     if data is not None:                                          # one byte flipped inside an array
         data[len(data) // 2] ^= 0xFF
         files[2].write_bytes(bytes(data))
-    store = FragmentStore(tmp_path)
+    store = FragmentStore(tmp_path, min_compile_seconds=0)
     rebuilt = compile_fresh(store)
     broken = min(3, len(files))
     assert store.rejected == broken and rebuilt.fragments_compiled == broken and store.saved == broken
@@ -332,7 +335,9 @@ def test_counted_fragments_are_reused_from_the_library_and_round_trip_through_di
     compiler = Compiler.load(COUNTED, "json", leaves=True)
     skeleton = compiler.document()
     library = FragmentLibrary(canonical)
-    first = compile_stitched(skeleton, compiler.leaves, canonical, library=library, store=FragmentStore(tmp_path))
+    first_store = FragmentStore(tmp_path, min_compile_seconds=0)
+    first = compile_stitched(skeleton, compiler.leaves, canonical, library=library, store=first_store)
+    first_store.flush()
     assert sum(isinstance(g, CountedGuide) for g in {id(g): g for g in first._guides}.values()) == 2
     again = compile_stitched(skeleton, compiler.leaves, canonical, library=library)
     assert again.fragments_compiled == 0 and again.fragments_reused == first.fragments_reused + first.fragments_compiled
