@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import networkx as nx
 import numpy as np
 
 from automata.dfa import DFA, MISSING, Alphabet
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 __all__ = ["to_networkx", "from_networkx", "write_graphml", "write_dot"]
 
@@ -37,6 +40,8 @@ def _label(alphabet: Alphabet, symbols: list[int]) -> str:
 
 
 def to_networkx(dfa: DFA) -> nx.DiGraph:
+    import networkx as nx  # deferred: ~0.3 s to import, which every process but an export's would pay
+
     graph = nx.DiGraph(alphabet_kind=dfa.alphabet.kind, alphabet_chars=json.dumps("".join(dfa.alphabet.chars)),
                        start=dfa.start)
     for s in range(dfa.num_states):
@@ -69,6 +74,8 @@ def from_networkx(graph: nx.DiGraph) -> DFA:
 
 
 def write_graphml(dfa: DFA, path: str | Path) -> None:
+    import networkx as nx  # deferred (to_networkx)
+
     nx.write_graphml(to_networkx(dfa), str(path))
 
 

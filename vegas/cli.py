@@ -44,7 +44,6 @@ from bpe.assets import DEFAULT_TOKENIZER, TOKENIZERS, asset_path, reference_runt
 from bpe.automaton import cache_path
 from bpe.lm_cache import load_causal_lm
 from bpe.loaders import to_runtime_tokenizer
-from vegas import token_graph
 from vegas._progress import Progress
 
 _DEFAULT_MODEL = "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # bpe.assets name of the default model
@@ -385,6 +384,8 @@ def _generate(args: argparse.Namespace) -> int:
 
 
 def _graph(args: argparse.Namespace) -> int:
+    from vegas import token_graph  # deferred: it imports networkx (~0.3 s), which only this command needs
+
     suffix = Path(args.output).suffix.lower() if args.output else ".dot"
     if suffix not in (".graphml", ".dot", ".gv", ".svg", ".png", ".pdf"):
         raise _CliError(f"cannot write {args.output}: the output ends in .graphml, .dot, .svg, .png or .pdf")
