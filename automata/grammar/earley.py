@@ -94,7 +94,7 @@ class Recognizer:
             item = self._symbols(expr.item)
             if expr.max is None:
                 star = self._new()
-                self.productions[star] = [(), item + (star,)]
+                self.productions[star] = [(), (star,) + item]  # (left recursion: linear for Earley)
                 self.productions[n] = [item * expr.min + (star,)]
             else:
                 tail: tuple = ()
@@ -121,35 +121,32 @@ class Recognizer:
         """Earley sets 0..len(text); an item is (nonterminal, production index, dot, origin)."""
         n = len(text)
         sets: list[set] = [set() for _ in range(n + 1)]
+        # per set, the items whose next symbol is a nonterminal, by that nonterminal (what a completion advances)
+        waiting: list[dict[int, list]] = [{} for _ in range(n + 1)]
         sets[0].update((0, p, 0, 0) for p in range(len(self.productions[0])))
+        productions, nullable = self.productions, self.nullable
         for i in range(n + 1):
-            agenda = list(sets[i])
+            current, agenda = sets[i], list(sets[i])
+
+            def add(item):
+                if item not in current:
+                    current.add(item)
+                    agenda.append(item)
+
             while agenda:
-                item = agenda.pop()
-                head, p, dot, origin = item
-                rhs = self.productions[head][p]
+                head, p, dot, origin = agenda.pop()
+                rhs = productions[head][p]
                 if dot == len(rhs):  # complete: advance the items waiting for ``head`` at ``origin``
-                    for waiting in list(sets[origin]):
-                        w_head, w_p, w_dot, w_origin = waiting
-                        w_rhs = self.productions[w_head][w_p]
-                        if w_dot < len(w_rhs) and w_rhs[w_dot] == head:
-                            new = (w_head, w_p, w_dot + 1, w_origin)
-                            if new not in sets[i]:
-                                sets[i].add(new)
-                                agenda.append(new)
+                    for w_head, w_p, w_dot, w_origin in waiting[origin].get(head, ()):
+                        add((w_head, w_p, w_dot + 1, w_origin))
                     continue
                 symbol = rhs[dot]
                 if isinstance(symbol, int):  # predict (and step over it at once if it may be empty)
-                    for q in range(len(self.productions[symbol])):
-                        new = (symbol, q, 0, i)
-                        if new not in sets[i]:
-                            sets[i].add(new)
-                            agenda.append(new)
-                    if symbol in self.nullable:
-                        new = (head, p, dot + 1, origin)
-                        if new not in sets[i]:
-                            sets[i].add(new)
-                            agenda.append(new)
+                    waiting[i].setdefault(symbol, []).append((head, p, dot, origin))
+                    for q in range(len(productions[symbol])):
+                        add((symbol, q, 0, i))
+                    if symbol in nullable:
+                        add((head, p, dot + 1, origin))
                 elif i < n:  # scan
                     for end in _ends(symbol, text, i):
                         sets[end].add((head, p, dot + 1, origin))

@@ -95,7 +95,7 @@ class _Writer:
         if isinstance(expr, Ref):
             return f"(?:{self.done[expr.name]})"
         if isinstance(expr, Sequence):
-            return self.checked("".join(self.atom(item) for item in expr.items))
+            return self.checked("".join(self.write(item) for item in expr.items))  # (no part is an open "|")
         if isinstance(expr, Choice):
             return self.checked("(?:" + "|".join(self.write(option) for option in expr.options) + ")")
         inner = self.atom(expr.item)

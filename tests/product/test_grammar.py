@@ -1,0 +1,164 @@
+"""``product.compile_grammar`` against the real tokenizer runtime: the example grammars that are regular compile;
+a string of the grammar is accepted in its canonical tokenization and in no other; a string outside it is refused;
+random walks over the masks never dead-end and end in text the grammar's reference parser accepts (Lark's parser for
+Lark grammars, the Earley recogniser for GBNF) and that re-encodes to the walk's tokens; recursive grammars are
+refused, naming the rule."""
+
+from __future__ import annotations
+
+import random
+import zlib
+
+import lark
+import numpy as np
+import pytest
+
+from automata import from_regex
+from automata.grammar import Recognizer, UnsupportedGrammarError, parse_grammar
+from automata.grammar.sample import sample
+from bpe.assets import asset_path
+from product import compile_grammar
+from product.grammar import grammar_regex
+from tests.automata.test_grammar import CALL, SELECT, lark_accepts, mutants
+from tests.support import automaton_of, model_of, runtime_of
+
+REGULAR_EXAMPLES = ("chess", "english", "japanese", "list")
+GRAMMARS = {name: (asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8"), "gbnf")
+            for name in REGULAR_EXAMPLES}
+GRAMMARS["call"] = (CALL, "lark")
+GRAMMARS["select"] = (SELECT, "lark")
+TOKENIZERS = ("gpt2", "smollm2", "llama3")
+
+_GUIDES: dict = {}
+
+
+def guide_of(name: str, tokenizer: str):
+    if (name, tokenizer) not in _GUIDES:
+        text, syntax = GRAMMARS[name]
+        _GUIDES[name, tokenizer] = compile_grammar(text, automaton_of(tokenizer), syntax=syntax)
+    return _GUIDES[name, tokenizer]
+
+
+_REFERENCES: dict = {}
+_RECOGNIZERS: dict = {}
+
+
+def recognizer_of(name: str) -> Recognizer:
+    if name not in _RECOGNIZERS:
+        _RECOGNIZERS[name] = Recognizer(parse_grammar(*GRAMMARS[name]))
+    return _RECOGNIZERS[name]
+
+
+def in_grammar(name: str, text: str) -> bool:
+    """The reference's verdict: Lark's own Earley parser for Lark grammars, the recogniser for GBNF."""
+    if name not in _REFERENCES:
+        grammar, syntax = GRAMMARS[name]
+        _REFERENCES[name] = (lark.Lark(grammar, parser="earley", lexer="dynamic_complete") if syntax == "lark"
+                             else recognizer_of(name))
+    reference = _REFERENCES[name]
+    return lark_accepts(reference, text) if isinstance(reference, lark.Lark) else reference.accepts(text)
+
+
+def other_tokenizations(runtime, text: str, ids: list[int], rng: random.Random, count: int = 4) -> list[list[int]]:
+    """Tokenizations of ``text`` other than ``ids``: the text cut in two at a random character, each part encoded
+    on its own (a cut inside what one token spans, or across a merge)."""
+    out = []
+    for _ in range(count):
+        cut = rng.randrange(1, len(text)) if len(text) > 1 else 1
+        split = runtime.encode(text[:cut], add_special_tokens=False).ids + runtime.encode(
+            text[cut:], add_special_tokens=False).ids
+        if split != ids and runtime.decode(split) == text:
+            out.append(split)
+    return out
+
+
+@pytest.mark.parametrize("tokenizer", TOKENIZERS)
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_grammar_strings_are_accepted_canonically_and_only_so(name, tokenizer):
+    guide, runtime = guide_of(name, tokenizer), runtime_of(tokenizer)
+    grammar = parse_grammar(GRAMMARS[name][0], GRAMMARS[name][1])
+    rng = random.Random(zlib.crc32(f"{name}:{tokenizer}".encode()))
+    others = outside = 0
+    for _ in range(25):
+        text = sample(grammar, rng, max_depth=6, max_repeat=3)
+        assert in_grammar(name, text), text
+        ids = runtime.encode(text, add_special_tokens=False).ids
+        if runtime.decode(ids) != text:
+            continue  # a character the vocabulary cannot spell (SmolLM2 lacks some byte tokens): no tokenization
+        assert guide.accepts(ids), (text, ids)
+        for split in other_tokenizations(runtime, text, ids, rng):
+            others += 1
+            assert not guide.accepts(split), (text, [runtime.id_to_token(t) for t in split])
+        for mutant in mutants(text, rng):
+            if not recognizer_of(name).accepts(mutant):  # (the recogniser agrees with Lark: tests/automata)
+                outside += 1
+                assert not guide.accepts(runtime.encode(mutant, add_special_tokens=False).ids), mutant
+    assert others >= 3 and outside >= 3
+
+
+@pytest.mark.parametrize("tokenizer", TOKENIZERS)
+@pytest.mark.parametrize("name", sorted(GRAMMARS))
+def test_random_walks_never_dead_end_and_end_in_canonical_grammar_text(name, tokenizer):
+    guide, runtime = guide_of(name, tokenizer), runtime_of(tokenizer)
+    rng = np.random.default_rng(zlib.crc32(f"walk:{name}:{tokenizer}".encode()))
+    eos = np.array(guide.eos_token_ids)
+    steer = _Steering(grammar_regex(GRAMMARS[name][0], syntax=GRAMMARS[name][1]), model_of(tokenizer).token_bytes)
+    finished = 0
+    for _ in range(30):
+        state, ids, q = guide.initial_state, [], steer.dfa.start
+        for step in range(120):
+            allowed = guide.allowed(state)
+            assert allowed.any(), f"dead end after {ids}"
+            if guide.is_accepting(state) and (rng.random() < 0.2 or step > 30):
+                break
+            allowed[eos] = False
+            choices = np.flatnonzero(allowed)
+            if not len(choices):
+                break  # (the text can only end: the state accepts, or the mask held a token)
+            token = int(rng.choice(choices))
+            if step > 20:  # time to end: of the allowed tokens of 1-2 bytes and 100 others, one nearest the end
+                candidates = np.union1d(rng.choice(choices, min(100, len(choices)), replace=False),
+                                        choices[steer.short[choices]])
+                distances = [steer.distance_after(q, int(t)) for t in candidates]
+                token = int(rng.choice(candidates[np.flatnonzero(distances == np.min(distances))]))
+            q = steer.after(q, token)
+            ids.append(token)
+            state = guide.advance(state, token)
+        else:
+            continue  # cut off before accepting: only the absence of dead ends is checked
+        finished += 1
+        text = runtime.decode(ids, skip_special_tokens=False)
+        assert in_grammar(name, text), (text, ids)
+        assert runtime.encode(text, add_special_tokens=False).ids == ids, text
+    assert finished >= 10
+
+
+class _Steering:
+    """The grammar's byte DFA and each state's distance (in bytes) to acceptance: walks use it to end in time."""
+
+    def __init__(self, regex: str, token_bytes: list):
+        self.dfa, self.token_bytes = from_regex(regex), token_bytes
+        self.short = np.array([b is not None and len(b) <= 2 for b in token_bytes])
+        table = self.dfa.transitions
+        self.distance = np.where(self.dfa.accepting, 0, 1 << 30)
+        for _ in range(self.dfa.num_states):  # Bellman-Ford on unit edges: a few hundred states
+            best = np.where(table >= 0, self.distance[np.maximum(table, 0)] + 1, 1 << 30).min(axis=1)
+            new = np.minimum(self.distance, best)
+            if (new == self.distance).all():
+                break
+            self.distance = new
+
+    def after(self, q: int, token: int) -> int:
+        return self.dfa.run(list(self.token_bytes[token] or b""), q) if q >= 0 else q
+
+    def distance_after(self, q: int, token: int) -> int:
+        q = self.after(q, token)
+        return int(self.distance[q]) if q >= 0 else 1 << 30
+
+
+@pytest.mark.parametrize("name, rule, line", [("arithmetic", "term", 3), ("c", "argList", 35),
+                                              ("json", "object", 4), ("json_arr", "array", 19)])
+def test_recursive_example_grammars_are_refused_naming_the_rule(name, rule, line):
+    with pytest.raises(UnsupportedGrammarError) as info:
+        compile_grammar(asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8"), automaton_of("gpt2"))
+    assert (info.value.construct, info.value.rule, info.value.line) == ("recursion", rule, line)
