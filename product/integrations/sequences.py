@@ -67,13 +67,16 @@ class SequenceMatchers:
 
 
 def mask_scores(scores: np.ndarray, bitmask: np.ndarray) -> np.ndarray:
-    """Set ``scores[i, t] = -inf`` in place wherever bit t of ``bitmask[i]`` is clear, columns past the bitmask's
-    tokens included (a model's padded vocabulary); returns ``scores``. numpy scores: torch tensors go through
-    ``product.apply_bitmask``."""
+    """Set ``scores[i, t] = -inf`` in place wherever bit t of ``bitmask[i]`` is clear (1-D scores: row 0's bits),
+    columns past the bitmask's tokens included (a model's padded vocabulary); returns ``scores``. Strided views
+    (llama-cpp-python passes a field of a record array) are written through. numpy scores: torch tensors go
+    through ``product.apply_bitmask``."""
     words = np.ascontiguousarray(bitmask).view(np.uint32)
     allowed = np.unpackbits(words.view(np.uint8), axis=-1, bitorder="little").astype(bool)
+    if scores.ndim == 1:
+        allowed = allowed[0]
     width = scores.shape[-1]
     if width > allowed.shape[-1]:
-        allowed = np.pad(allowed, ((0, 0), (0, width - allowed.shape[-1])))
-    scores[~allowed[:, :width]] = -np.inf
+        allowed = np.concatenate([allowed, np.zeros(allowed.shape[:-1] + (width - allowed.shape[-1],), bool)], -1)
+    scores[~allowed[..., :width]] = -np.inf
     return scores
