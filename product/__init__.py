@@ -1,8 +1,9 @@
 """Constraints intersected with the canonical automaton: token-level regex automata, guides, masks.
 
-Public: ``compile_regex``, ``compile_grammar`` (GBNF and Lark grammars whose language is regular), ``Guide``,
-``TokenTransitions``, ``InvalidTokenError``; ``CompileBudget`` (every compile's time and memory bound, and
-cancelling: ``automata.budget``) and its errors ``CompileBudgetError``, ``CompileTimeoutError``, ``CompileMemoryError``, ``CompileCancelledError``; for serving engines: ``Matcher``,
+Public: ``compile_regex``, ``compile_grammar`` (GBNF and Lark grammars whose language is regular; ``grammar_regex``
+the regex it compiles), ``Guide``, ``TokenTransitions``, ``InvalidTokenError``; ``CompileBudget`` (every compile's
+time and memory bound, and cancelling: ``automata.budget``) and its errors ``CompileBudgetError``,
+``CompileTimeoutError``, ``CompileMemoryError``, ``CompileCancelledError``; for serving engines: ``Matcher``,
 ``fill_next_token_bitmasks``, ``RollbackError``, ``allocate_token_bitmask`` (docs/serving.md); for torch:
 ``apply_bitmask``, ``LogitsProcessor``, ``generate``, ``Generation`` (imported on first use: torch and
 transformers take ~3 s to import, which mask-only users need not pay); for the schema layer above (``vegas``):
@@ -26,14 +27,14 @@ from automata.budget import (
 from product.compile import compile_regex
 from product.compiler.tables import InvalidTokenError
 from product.compiler.token_regex import TokenTransitions
-from product.grammar import compile_grammar
+from product.grammar import compile_grammar, grammar_regex
 from product.library import FragmentStore, default_library_dir
 from product.runtime.guide import Guide
 from product.runtime.matcher import Matcher, RollbackError, allocate_token_bitmask, fill_next_token_bitmasks
 from product.stitched import PLACEHOLDERS, FragmentTooLongError, StitchedGuide, StitchError, compile_stitched
 
-__all__ = ["compile_regex", "compile_grammar", "CompileBudget", "CompileBudgetError", "CompileTimeoutError",
-           "CompileMemoryError", "CompileCancelledError", "Guide", "TokenTransitions", "InvalidTokenError",
+__all__ = ["compile_regex", "compile_grammar", "grammar_regex", "CompileBudget", "CompileBudgetError",
+           "CompileTimeoutError", "CompileMemoryError", "CompileCancelledError", "Guide", "TokenTransitions", "InvalidTokenError",
            "apply_bitmask", "LogitsProcessor",
            "generate", "Generation", "Matcher", "RollbackError", "allocate_token_bitmask", "fill_next_token_bitmasks",
            "compile_stitched", "StitchedGuide", "StitchError", "FragmentTooLongError", "PLACEHOLDERS", "FragmentStore",

@@ -1,9 +1,10 @@
 """The ``canonmerge`` command line.
 
     canonmerge generate --regex PATTERN "prompt"
-                                 write text that satisfies a constraint with a real model (default: SmolLM2-135M-
-                                 Instruct), in the tokenizer's canonical tokens; report tokens, forced tokens,
-                                 forward passes skipped and time per token
+                                 write text that satisfies a constraint (``--regex``, ``--schema``, ``--grammar FILE``:
+                                 GBNF or Lark) with a real model (default: SmolLM2-135M-Instruct), in the tokenizer's
+                                 canonical tokens; report tokens, forced tokens, forward passes skipped and time per
+                                 token
     canonmerge graph PATTERN -o FILE
                                  export the token-level canonical automaton of a small regex (GraphML, DOT; SVG/PNG
                                  through Graphviz's dot when it is installed)
@@ -204,6 +205,17 @@ def _regex_guide(pattern: str, canonical, canonical_only: bool):
     return product.compile_regex(pattern, canonical, canonical_only=canonical_only)
 
 
+def _grammar_syntax(path: str, syntax: str | None) -> str:
+    """--syntax, or the grammar file's extension (.gbnf, .lark)."""
+    if syntax is not None:
+        return syntax
+    suffix = Path(path).suffix.lower()
+    if suffix not in (".gbnf", ".lark"):
+        raise _CliError(f"cannot tell the syntax of grammar file {path} from its extension: name it .gbnf or .lark, "
+                        "or pass --syntax")
+    return suffix[1:]
+
+
 # ---- schemas ---------------------------------------------------------------------------------------------
 def _read_schema(path: str):
     text = _read_text(path, "schema")
@@ -223,6 +235,13 @@ def _constraint(args: argparse.Namespace):
                                                                       canonical_only=canonical_only)
     if args.format is not None:
         raise _CliError("--format applies to --schema (a regex fixes the format itself)")
+    if args.grammar is not None:
+        text, syntax = _read_text(args.grammar, "grammar"), _grammar_syntax(args.grammar, args.syntax)
+        product.grammar_regex(text, syntax=syntax)  # a malformed, unsupported or recursive grammar fails here
+        return lambda canonical, canonical_only: product.compile_grammar(text, canonical, syntax=syntax,
+                                                                         canonical_only=canonical_only)
+    if args.syntax is not None:
+        raise _CliError("--syntax applies to --grammar")
     pattern = args.regex if args.regex is not None else _read_text(args.regex_file, "regex").rstrip("\n")
     _check_regex(pattern)
     return lambda canonical, canonical_only: _regex_guide(pattern, canonical, canonical_only)
@@ -436,6 +455,10 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--regex", metavar="PATTERN", help="the output fullmatches this regular expression")
     what.add_argument("--regex-file", metavar="FILE", help="read the regular expression from a file")
     what.add_argument("--schema", metavar="FILE", help="the output is an instance of this JSON Schema file")
+    what.add_argument("--grammar", metavar="FILE", help="the output is a string of this grammar (GBNF or Lark; "
+                      "regular ones: recursive grammars are refused)")
+    gen.add_argument("--syntax", choices=("gbnf", "lark"), help="with --grammar: its syntax (default: from the "
+                     "file's extension, .gbnf or .lark)")
     gen.add_argument("--format", choices=("json", "yaml"), help="with --schema: write JSON or YAML (default json)")
     gen.add_argument("--model", metavar="PATH", help="a .gguf file or a transformers directory "
                      "(default: SmolLM2-135M-Instruct, fetched on first use)")

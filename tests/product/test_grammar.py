@@ -21,6 +21,7 @@ from product import compile_grammar
 from product.grammar import grammar_regex
 from tests.automata.test_grammar import CALL, SELECT, lark_accepts, mutants
 from tests.support import automaton_of, model_of, runtime_of
+from vegas import cli
 
 REGULAR_EXAMPLES = ("chess", "english", "japanese", "list")
 GRAMMARS = {name: (asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8"), "gbnf")
@@ -162,3 +163,18 @@ def test_recursive_example_grammars_are_refused_naming_the_rule(name, rule, line
     with pytest.raises(UnsupportedGrammarError) as info:
         compile_grammar(asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8"), automaton_of("gpt2"))
     assert (info.value.construct, info.value.rule, info.value.line) == ("recursion", rule, line)
+
+
+def test_cli_refuses_bad_grammars_in_one_line_before_loading_a_model(tmp_path, capsys):
+    json_gbnf = tmp_path / "json.gbnf"
+    json_gbnf.write_text(asset_path("grammars/json.gbnf").read_text(encoding="utf-8"))
+    notes = tmp_path / "notes.txt"
+    notes.write_text('root ::= "x"\n')
+    broken = tmp_path / "broken.lark"
+    broken.write_text('start: "a" <|end|>\n')
+    for args, names in [([str(json_gbnf)], ["UnsupportedGrammarError", "'object'", "line 4:1"]),
+                        ([str(notes)], ["cannot tell the syntax", "--syntax"]),
+                        ([str(broken)], ["UnsupportedGrammarError", "special tokens", "line 1:12"])]:
+        assert cli.main(["generate", "--grammar", *args, "hi"]) == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and all(name in lines[0] for name in names), lines
