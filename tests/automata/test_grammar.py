@@ -4,21 +4,29 @@ agrees with the recogniser; every refusal is typed and names its construct, line
 
 from __future__ import annotations
 
+import itertools
 import random
+from pathlib import Path
 
 import lark
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from automata import from_regex
+from automata import Alphabet, EmptyLanguageError, from_regex
 from automata.grammar import (
     CharClass,
+    Choice,
+    Grammar,
     GrammarSyntaxError,
     Literal,
     Recognizer,
+    Ref,
     Regex,
     Repeat,
+    Rule,
+    Sequence,
+    Span,
     UndefinedRuleError,
     UnsupportedGrammarError,
     parse_grammar,
@@ -382,3 +390,99 @@ def test_lark_regex_flags_and_case_insensitive_literals_in_regexes():
     with pytest.raises(UnsupportedGrammarError) as info:
         to_regex(parse_grammar("start: /a b/x\n", "lark"))
     assert info.value.construct == "regex flags x"
+
+
+# ------------------------------------------------------------------ random grammars: the regex is the grammar
+_ALPHABET = "abc"
+
+
+@st.composite
+def regular_grammars(draw):
+    """A small grammar over a, b, c: leaf rules ``L0..L2`` (no recursion; each may use later leaves) and a
+    right-linear cycle ``R0..R2`` (each alternative: leaf material, then at most one rule of the cycle)."""
+
+    def leaf_expr(depth: int, after: int):
+        kinds = ["lit", "class"] + (["ref"] if after < 3 else []) + (["seq", "alt", "rep"] if depth < 3 else [])
+        kind = draw(st.sampled_from(kinds))
+        if kind == "lit":
+            return Literal(draw(st.text(_ALPHABET, max_size=2)))
+        if kind == "class":
+            chars = draw(st.sets(st.sampled_from(_ALPHABET), min_size=1, max_size=2))
+            return CharClass.of([(ord(c), ord(c)) for c in chars], draw(st.booleans()))
+        if kind == "ref":
+            return Ref(f"L{draw(st.integers(after, 2))}")
+        if kind == "seq":
+            return Sequence(tuple(leaf_expr(depth + 1, after) for _ in range(draw(st.integers(2, 3)))))
+        if kind == "alt":
+            return Choice(tuple(leaf_expr(depth + 1, after) for _ in range(draw(st.integers(2, 3)))))
+        low = draw(st.integers(0, 2))
+        return Repeat(leaf_expr(depth + 1, after), low, draw(st.sampled_from([None, low, low + 1])))
+
+    rules = {}
+    for k in range(3):
+        rules[f"L{k}"] = Rule(f"L{k}", leaf_expr(1, k + 1), Span(k + 1, 1))
+    for k in range(3):
+        options = []
+        for _ in range(draw(st.integers(1, 3))):
+            head = leaf_expr(2, 0)
+            tail = draw(st.sampled_from([None, "R0", "R1", "R2"]))
+            options.append(head if tail is None else Sequence((head, Ref(tail))))
+        if draw(st.booleans()):  # an optional tail: x R?
+            options.append(Sequence((leaf_expr(2, 0), Repeat(Ref(f"R{draw(st.integers(0, 2))}"), 0, 1))))
+        rules[f"R{k}"] = Rule(f"R{k}", Choice(tuple(options)), Span(4 + k, 1))
+    return Grammar(rules, draw(st.sampled_from(["R0", "L0"])), (), "gbnf")
+
+
+_SHORT_STRINGS = ["".join(p) for n in range(5) for p in itertools.product(_ALPHABET + "d", repeat=n)]
+
+
+@settings(max_examples=25)
+@given(grammar=regular_grammars())
+def test_random_right_linear_grammars_become_regexes_that_agree_with_the_recognizer(grammar):
+    regex = to_regex(grammar)
+    recognizer = Recognizer(grammar)
+    language = {s for s in _SHORT_STRINGS if recognizer.accepts(s)}
+    try:
+        dfa = from_regex(regex, Alphabet.of_chars(_ALPHABET + "d"))
+    except EmptyLanguageError:
+        assert not language and not any(recognizer.accepts(s) for s in ("aaaaaa", "abcabc"))
+        return
+    assert {s for s in _SHORT_STRINGS if dfa.accepts(s)} == language, regex
+
+
+def _lark_shipped(name: str) -> str:
+    return (Path(lark.__file__).parent / "grammars" / name).read_text(encoding="utf-8")
+
+
+@pytest.mark.slow  # (~15 s: Lark's complete-lexing Earley parser is slow on its own grammar)
+@settings(max_examples=6)
+@given(rng=st.randoms(use_true_random=False))
+def test_larks_own_grammar_of_lark_parses_and_the_recognizer_agrees_with_lark(rng):
+    text = _lark_shipped("lark.lark")
+    grammar = parse_grammar(text, "lark")
+    if "lark.lark" not in _LARKS:
+        _LARKS["lark.lark"] = lark.Lark(text, parser="earley", lexer="dynamic_complete")
+        _LARK_RECOGNIZERS["lark.lark"] = Recognizer(grammar)
+    reference, recognizer = _LARKS["lark.lark"], _LARK_RECOGNIZERS["lark.lark"]
+    source = sample(grammar, rng, max_depth=6, max_repeat=2)
+    assert lark_accepts(reference, source) and recognizer.accepts(source), source
+    for mutant in mutants(source, rng, 3):
+        try:
+            verdict = lark_accepts(reference, mutant)
+        except RuntimeError:  # (Lark's own "Earley should not generate multiple start symbol items" bug: no verdict)
+            continue
+        assert recognizer.accepts(mutant) == verdict, mutant
+
+
+def test_larks_own_grammar_parses_and_its_examples_agree_with_lark():
+    text = _lark_shipped("lark.lark")
+    recognizer, reference = Recognizer(parse_grammar(text, "lark")), lark.Lark(text, parser="earley")
+    for source in ['start: a\n', 'start: "x" | b+\nb: /y/i\n', '%import common.WS\n', 'start: a -> b\n',
+                   '?x.2: "a".."z"~2..3 [y] (z)*\n%ignore WS\n', 'start a\n', 'start: (a\n', 'start: a ~ \n']:
+        assert recognizer.accepts(source) == lark_accepts(reference, source), source
+
+
+def test_larks_python_grammar_is_refused_at_its_first_template():
+    with pytest.raises(UnsupportedGrammarError) as info:
+        parse_grammar(_lark_shipped("python.lark"), "lark")
+    assert info.value.construct == "template" and info.value.line > 1 and "comprehension" in str(info.value)
