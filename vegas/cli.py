@@ -237,11 +237,12 @@ def _constraint(args: argparse.Namespace):
         raise _CliError("--format applies to --schema (a regex fixes the format itself)")
     if args.grammar is not None:
         text, syntax = _read_text(args.grammar, "grammar"), _grammar_syntax(args.grammar, args.syntax)
-        product.grammar_regex(text, syntax=syntax)  # a malformed, unsupported or recursive grammar fails here
-        return lambda canonical, canonical_only: product.compile_grammar(text, canonical, syntax=syntax,
+        depth = args.max_depth
+        product.grammar_regex(text, syntax=syntax, max_depth=depth)  # a bad or (unbounded) recursive grammar fails
+        return lambda canonical, canonical_only: product.compile_grammar(text, canonical, syntax=syntax, max_depth=depth,
                                                                          canonical_only=canonical_only)
-    if args.syntax is not None:
-        raise _CliError("--syntax applies to --grammar")
+    if args.syntax is not None or args.max_depth is not None:
+        raise _CliError("--syntax and --max-depth apply to --grammar")
     pattern = args.regex if args.regex is not None else _read_text(args.regex_file, "regex").rstrip("\n")
     _check_regex(pattern)
     return lambda canonical, canonical_only: _regex_guide(pattern, canonical, canonical_only)
@@ -459,6 +460,8 @@ def _parser() -> argparse.ArgumentParser:
                       "regular ones: recursive grammars are refused)")
     gen.add_argument("--syntax", choices=("gbnf", "lark"), help="with --grammar: its syntax (default: from the "
                      "file's extension, .gbnf or .lark)")
+    gen.add_argument("--max-depth", type=int, metavar="N", help="with --grammar: accept recursion nested at most N "
+                     "references deep (opt-in; without it, recursion a regex cannot express is refused)")
     gen.add_argument("--format", choices=("json", "yaml"), help="with --schema: write JSON or YAML (default json)")
     gen.add_argument("--model", metavar="PATH", help="a .gguf file or a transformers directory "
                      "(default: SmolLM2-135M-Instruct, fetched on first use)")

@@ -21,6 +21,8 @@ which is regular too but refused here.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import networkx as nx
 
 from automata.errors import StateLimitError
@@ -47,8 +49,14 @@ _CLASS_SPECIAL = frozenset("\\]^-[")
 _NOTHING = "[^\\x00-\U0010ffff]"  # a class no character is in: the empty language
 
 
-def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH) -> str:
-    """The regex of ``grammar``'s language (``re.fullmatch`` semantics); errors: see the module's docstring."""
+def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH, max_depth: int | None = None) -> str:
+    """The regex of ``grammar``'s language (``re.fullmatch`` semantics); errors: see the module's docstring.
+
+    ``max_depth``: where recursion is not right-linear, instead of refusing, the regex of the strings whose
+    derivations nest at most ``max_depth`` references inside the cycle (a smaller, regular language: deeper
+    nesting is not accepted; JSON's ``value -> object -> value`` counts two per level of braces). Opt-in: the
+    language is then the grammar's cut at that depth, and the regex grows with the depth (exponentially where a rule
+    refers to the cycle twice)."""
     grammar = grammar.lowered()
     writer = _Writer(grammar, max_length)
     graph = nx.DiGraph()
@@ -63,7 +71,13 @@ def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH) -> str:
             (name,) = members
             writer.done[name] = writer.write(grammar.rules[name].body)
         else:
-            writer.solve([n for n in reachable if n in members])
+            ordered = [n for n in reachable if n in members]
+            try:
+                writer.solve(ordered)
+            except UnsupportedGrammarError:
+                if max_depth is None:
+                    raise
+                writer.unroll(ordered, max_depth)
     return writer.done[grammar.start]
 
 
@@ -81,6 +95,8 @@ class _Writer:
 
     def write(self, expr: Expr) -> str:
         """The regex of an expression whose references are all to finished rules."""
+        if isinstance(expr, _Raw):
+            return _group(expr.regex)
         if isinstance(expr, Literal):
             text = "".join(_char(c) for c in expr.text)
             return f"(?i:{text})" if expr.ignore_case and text else text
@@ -121,6 +137,43 @@ class _Writer:
         if isinstance(expr, (Choice, Repeat, Ref, Regex, CharClass)) or len(text) <= 1:
             return text
         return f"(?:{text})"
+
+    # ---- other cycles, cut at a depth (opt-in) ---------------------------------------------------------------
+    def unroll(self, members: list[str], max_depth: int) -> None:
+        """Finish the rules of a cycle as the strings whose derivations nest at most ``max_depth`` references to
+        the cycle: rule X at depth d refers to the cycle's rules at depth d + 1, and past ``max_depth`` to nothing
+        (an alternative that needs deeper nesting is dropped)."""
+        cycle, memo = set(members), {}
+
+        def at(name: str, depth: int) -> str | None:
+            if depth > max_depth:
+                return None
+            if (name, depth) not in memo:
+                memo[name, depth] = None  # (a cycle inside one depth cannot happen: every reference goes deeper)
+                memo[name, depth] = bounded(self.grammar.rules[name].body, depth)
+            return memo[name, depth]
+
+        def bounded(expr: Expr, depth: int) -> str | None:
+            """``expr``'s regex with the cycle's references at ``depth + 1``; None: no string at this depth."""
+            if not any(ref.name in cycle for ref in references(expr)):
+                return self.write(expr)
+            if isinstance(expr, Ref):
+                inner = at(expr.name, depth + 1)
+                return None if inner is None else _group(inner)
+            if isinstance(expr, Sequence):
+                parts = [bounded(item, depth) for item in expr.items]
+                return None if any(p is None for p in parts) else self.checked("".join(_group(p) for p in parts))
+            if isinstance(expr, Choice):
+                options = [o for o in (bounded(option, depth) for option in expr.options) if o is not None]
+                return None if not options else self.checked("(?:" + "|".join(options) + ")")
+            inner = bounded(expr.item, depth)  # a Repeat
+            if inner is None:
+                return "" if expr.min == 0 else None
+            return self.write(Repeat(_Raw(inner), expr.min, expr.max))
+
+        for name in members:
+            regex = at(name, 0)
+            self.done[name] = _NOTHING if regex is None else regex
 
     # ---- right-linear cycles -------------------------------------------------------------------------------
     def solve(self, members: list[str]) -> None:
@@ -196,6 +249,12 @@ class _Writer:
                 return None
             return (_union(linear[0], "") if expr.min == 0 else linear[0]), linear[1]
         return None
+
+
+@dataclass(frozen=True)
+class _Raw:
+    """A regex already written, inside an expression being written (``_Writer.unroll``'s repetitions)."""
+    regex: str
 
 
 def _group(regex: str) -> str:

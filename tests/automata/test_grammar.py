@@ -486,3 +486,31 @@ def test_larks_python_grammar_is_refused_at_its_first_template():
     with pytest.raises(UnsupportedGrammarError) as info:
         parse_grammar(_lark_shipped("python.lark"), "lark")
     assert info.value.construct == "template" and info.value.line > 1 and "comprehension" in str(info.value)
+
+
+@pytest.mark.parametrize("name, depth", [("arithmetic", 4), ("json", 6), ("json_arr", 4)])
+@settings(max_examples=10)
+@given(rng=st.randoms(use_true_random=False))
+def test_a_depth_bound_gives_a_regex_of_the_grammars_strings_nested_at_most_that_deep(name, depth, rng):
+    dfa = _bounded(name, depth)
+    text = sample(parse_grammar(example(name)), rng, max_depth=4)
+    for s in [text, *mutants(text, rng)]:
+        if dfa.accepts(s):
+            assert recognizer(name).accepts(s), s  # the bounded language is inside the grammar's
+    shallow = sample(parse_grammar(example(name)), rng, max_depth=2)
+    assert dfa.accepts(shallow), shallow
+
+
+_BOUNDED: dict = {}
+
+
+def _bounded(name: str, depth: int):
+    if (name, depth) not in _BOUNDED:
+        _BOUNDED[name, depth] = from_regex(to_regex(parse_grammar(example(name)), max_depth=depth))
+    return _BOUNDED[name, depth]
+
+
+def test_a_depth_bound_cuts_exactly_at_the_depth():
+    dfa = _bounded("arithmetic", 4)  # expr@0 -> term@1 -> "(" expr@2 -> term@3 -> "(" expr@4 -> term@5: too deep
+    assert dfa.accepts("a=(b)\n") and dfa.accepts("(a+b*c)=(d)\n")
+    assert not dfa.accepts("((a))=b\n") and recognizer("arithmetic").accepts("((a))=b\n")

@@ -28,6 +28,25 @@ GRAMMARS = {name: (asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8
             for name in REGULAR_EXAMPLES}
 GRAMMARS["call"] = (CALL, "lark")
 GRAMMARS["select"] = (SELECT, "lark")
+#: recursive grammars compiled with a depth bound (opt-in): the strings nested at most that deep, exactly
+DEPTH = {"json": 6, "arithmetic": 4}
+GRAMMARS.update({f"{name} (depth {d})": (asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8"), "gbnf")
+                 for name, d in DEPTH.items()})
+
+
+def depth_of(name: str) -> int | None:
+    return int(name.split("(depth ")[1][:-1]) if "(depth " in name else None
+
+
+_BOUNDED: dict = {}
+
+
+def in_bounded_language(name: str, text: str) -> bool:
+    """Whether ``text`` is in the language the guide is for (the grammar's, or its strings up to the depth)."""
+    if name not in _BOUNDED:
+        _BOUNDED[name] = from_regex(grammar_regex(*GRAMMARS[name][:1], syntax=GRAMMARS[name][1],
+                                                  max_depth=depth_of(name)))
+    return _BOUNDED[name].accepts(text)
 TOKENIZERS = ("gpt2", "smollm2", "llama3")
 
 _GUIDES: dict = {}
@@ -36,7 +55,8 @@ _GUIDES: dict = {}
 def guide_of(name: str, tokenizer: str):
     if (name, tokenizer) not in _GUIDES:
         text, syntax = GRAMMARS[name]
-        _GUIDES[name, tokenizer] = compile_grammar(text, automaton_of(tokenizer), syntax=syntax)
+        _GUIDES[name, tokenizer] = compile_grammar(text, automaton_of(tokenizer), syntax=syntax,
+                                                   max_depth=depth_of(name))
     return _GUIDES[name, tokenizer]
 
 
@@ -83,6 +103,9 @@ def test_grammar_strings_are_accepted_canonically_and_only_so(name, tokenizer):
     for _ in range(25):
         text = sample(grammar, rng, max_depth=6, max_repeat=3)
         assert in_grammar(name, text), text
+        if not in_bounded_language(name, text):
+            assert depth_of(name) is not None, text
+            continue  # nested deeper than the bound: not in the guide's language (checked below, as outside)
         ids = runtime.encode(text, add_special_tokens=False).ids
         if runtime.decode(ids) != text:
             continue  # a character the vocabulary cannot spell (SmolLM2 lacks some byte tokens): no tokenization
@@ -91,7 +114,8 @@ def test_grammar_strings_are_accepted_canonically_and_only_so(name, tokenizer):
             others += 1
             assert not guide.accepts(split), (text, [runtime.id_to_token(t) for t in split])
         for mutant in mutants(text, rng):
-            if not recognizer_of(name).accepts(mutant):  # (the recogniser agrees with Lark: tests/automata)
+            if not recognizer_of(name).accepts(mutant) or not in_bounded_language(name, mutant):
+                # (outside the grammar, by the recogniser, which agrees with Lark: tests/automata; or past the depth)
                 outside += 1
                 assert not guide.accepts(runtime.encode(mutant, add_special_tokens=False).ids), mutant
     assert others >= 3 and outside >= 3
@@ -103,7 +127,8 @@ def test_random_walks_never_dead_end_and_end_in_canonical_grammar_text(name, tok
     guide, runtime = guide_of(name, tokenizer), runtime_of(tokenizer)
     rng = np.random.default_rng(zlib.crc32(f"walk:{name}:{tokenizer}".encode()))
     eos = np.array(guide.eos_token_ids)
-    steer = _Steering(grammar_regex(GRAMMARS[name][0], syntax=GRAMMARS[name][1]), model_of(tokenizer).token_bytes)
+    steer = _Steering(grammar_regex(GRAMMARS[name][0], syntax=GRAMMARS[name][1], max_depth=depth_of(name)),
+                      model_of(tokenizer).token_bytes)
     finished = 0
     for _ in range(30):
         state, ids, q = guide.initial_state, [], steer.dfa.start
@@ -178,3 +203,18 @@ def test_cli_refuses_bad_grammars_in_one_line_before_loading_a_model(tmp_path, c
         assert cli.main(["generate", "--grammar", *args, "hi"]) == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and all(name in lines[0] for name in names), lines
+    assert cli.main(["generate", "--regex", "a", "--max-depth", "3", "hi"]) == 2
+    assert "apply to --grammar" in capsys.readouterr().err
+
+
+def test_a_depth_bound_is_opt_in_and_exact_at_its_edge():
+    json_gbnf = asset_path("grammars/json.gbnf").read_text(encoding="utf-8")
+    guide, runtime = guide_of("json (depth 6)", "gpt2"), runtime_of("gpt2")
+    # root -> object@0 -> value@1 -> object@2 -> ... : at depth 6, values inside a third level of braces; a fourth
+    # level may be opened only empty
+    three, four = '{"a": {"b": {"c": [], "d": {}}}}', '{"a": {"b": {"c": {"d": 1}}}}'
+    assert recognizer_of("json (depth 6)").accepts(four)  # in the grammar, past the bound
+    assert guide.accepts(runtime.encode(three, add_special_tokens=False).ids)
+    assert not guide.accepts(runtime.encode(four, add_special_tokens=False).ids)
+    with pytest.raises(UnsupportedGrammarError):
+        compile_grammar(json_gbnf, automaton_of("gpt2"))  # no bound asked: refused
