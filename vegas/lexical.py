@@ -7,7 +7,8 @@ with the same rules, so ``re.fullmatch(regex, text)`` is the test of both.
 Numbers are written as ``json.dumps`` writes Python numbers, except that a float with an integral value below 1e16
 is written as that integer (``30.0`` as ``30``: one text per value, as JSON Schema does not tell 30 from 30.0):
 integers in decimal, other floats as ``repr`` (``1.5``, ``1e+16``, ``1.5e-05``). The regexes accept every such
-spelling without redundant zeros; they do not
+spelling without redundant zeros (``number_regex(..., spellings=True)``, what schema guides use: also ``1.0``,
+``2.50``, ``1e-5``, and at most ``MAX_INTEGER_DIGITS``/``MAX_FRACTION_DIGITS`` digits); they do not
 enforce that a float's digits are the *shortest* round-trip ones (``0.30000000000000004`` vs ``0.3``), which no
 regular language can.
 
@@ -28,8 +29,8 @@ from functools import lru_cache
 from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
 
-__all__ = ["integer_regex", "number_regex", "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe",
-           "format_regex", "format_body", "repeat", "number_bound", "splits_exponent_forms",
+__all__ = ["integer_regex", "bounded_integer_regex", "number_regex", "MAX_INTEGER_DIGITS", "MAX_FRACTION_DIGITS",
+           "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe", "format_regex", "format_body", "repeat", "number_bound", "splits_exponent_forms",
            "pattern_regex", "YAML_SPECIAL_WORDS", "FORMATS"]
 
 # ---- numbers ---------------------------------------------------------------------------------------------------
@@ -98,9 +99,102 @@ def integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 
+# ---- the spellings a schema's guide accepts beside the one ``format_instance`` writes (``spellings=True``) -------
+#: Digits at most before a number's point where the schema sets no bound on that side (or as many as its bound
+#: has, where that is longer), and after the point (trailing zeros included): so every number ends.
+MAX_INTEGER_DIGITS = 20
+MAX_FRACTION_DIGITS = 20
+
+
+def _counted(atom: str, lo: int, hi: int) -> str:
+    """``atom`` (one character or class) lo..hi times, written compactly."""
+    if hi <= 0:
+        return ""
+    if lo == hi:
+        return atom if lo == 1 else f"{atom}{{{lo}}}"
+    return f"{atom}?" if (lo, hi) == (0, 1) else f"{atom}{{{lo},{hi}}}"
+
+
+def _nonzero_digits(room: int) -> str | None:
+    """Digit strings of 1..room digits with a digit that is not 0 (a fraction's digits, trailing zeros allowed,
+    whose value is not 0): ``0{i}[1-9][0-9]{0,room-1-i}``."""
+    if room <= 0:
+        return None
+    alts = [_counted("0", i, i) + "[1-9]" + _counted("[0-9]", 0, room - 1 - i) for i in range(room)]
+    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+
+
+def _fraction_spelled(lower: str, upper: str | None, room: int, nonzero_before: bool) -> str | None:
+    """Digit strings T of at most ``room`` digits, trailing zeros allowed, with 0.T >= 0.lower and, unless
+    ``upper`` is None, 0.T <= 0.upper, and (unless ``nonzero_before``) a digit that is not 0; None if there are none.
+    ``_fraction`` with every canonical fraction's trailing zeros: the same values, so the same bounds decide."""
+    alts = [""] if nonzero_before and not lower else []  # (0.T = 0 >= 0.lower only for lower = 0)
+    if room > 0 and upper == "":  # 0.T <= 0: zeros only
+        if nonzero_before and not lower:
+            alts.append(_counted("0", 1, room))
+    elif room > 0:
+        low = int(lower[0]) if lower else -1  # digits above ``low`` and below ``high`` leave the rest free
+        high = int(upper[0]) if upper is not None else 10
+        free = range(max(low + 1, 0), min(high, 10))
+        if 0 in free:
+            rest = _counted("[0-9]", 0, room - 1) if nonzero_before else _nonzero_digits(room - 1)
+            if rest is not None:
+                alts.append("0" + rest)
+        nonzero = [d for d in free if d >= 1]
+        if nonzero:
+            digit = str(nonzero[0]) if len(nonzero) == 1 else f"[{nonzero[0]}-{nonzero[-1]}]"
+            alts.append(digit + _counted("[0-9]", 0, room - 1))
+        for d in sorted({low, high} & set(range(max(low, 0), min(high, 9) + 1))):
+            rest = _fraction_spelled(lower[1:] if d == low else "", upper[1:] if d == high else None, room - 1,
+                                     nonzero_before or d != 0)
+            if rest is not None:
+                alts.append(f"{d}{rest}")
+    if not alts:
+        return None
+    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+
+
+def _decimals_spelled(lo: Decimal | None, hi: Decimal | None) -> str | None:
+    """``_decimals`` with trailing zeros: texts ``n.T`` (n >= 0; T of at most ``MAX_FRACTION_DIGITS`` digits, not
+    all 0) whose value is in [lo, hi]; both bounds given (``number_regex`` caps the open ones)."""
+    a, f = _split(lo)
+    b, g = _split(hi)
+    if b < 0:
+        return None
+    parts = []
+    every = _naturals(max(0, a + 1 if f else a), b - 1)
+    if every:
+        parts.append(every + r"\." + _nonzero_digits(MAX_FRACTION_DIGITS))
+    for n in sorted({a, b}):
+        if n < 0 or n < a or n > b:
+            continue
+        lower = f if n == a else ""
+        upper = g if n == b else None
+        if not lower and upper is None:
+            continue  # every fraction: counted above
+        fraction = _fraction_spelled(lower, upper, MAX_FRACTION_DIGITS, False)
+        if fraction is not None:
+            parts.append(f"{n}\\.{fraction}")
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
+
+
+def _reach(other: Decimal | int | None) -> int:
+    """How far an open side of a range goes: ``MAX_INTEGER_DIGITS`` digits, or as many as the other bound has."""
+    digits = MAX_INTEGER_DIGITS if other is None else max(MAX_INTEGER_DIGITS, len(str(abs(math.floor(other)))))
+    return 10 ** digits - 1
+
+
+@lru_cache(maxsize=4096)
+def bounded_integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
+    """``integer_regex`` with an open side capped (``_reach``): at most ``MAX_INTEGER_DIGITS`` digits there."""
+    return integer_regex(-_reach(hi) if lo is None else lo, _reach(lo) if hi is None else hi)
+
+
 @lru_cache(maxsize=4096)
 def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = None, *, lo_exclusive: bool = False,
-                 hi_exclusive: bool = False, style: str = "json") -> str | None:
+                 hi_exclusive: bool = False, style: str = "json", spellings: bool = False) -> str | None:
     """Numbers (integers or floats) as written, within bounds (None: unbounded; ``number_bound`` reads them).
 
     A text ``n`` is the integer n; ``n.F`` (F not ending in 0, so integral values have one text) is a value in
@@ -114,7 +208,14 @@ def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = Non
     readers read ``1e+16`` as a string).
 
     Comparing the written decimal with the bound's ``repr`` decides exactly for every text ``repr`` writes, and
-    never admits a text whose float is out of bounds (rounding a decimal to a float is monotone)."""
+    never admits a text whose float is out of bounds (rounding a decimal to a float is monotone).
+
+    ``spellings=True``: also the spellings of the same values that models write (what a schema's guide accepts,
+    ``vegas.schema``): an integral value with a point and zeros (``1.0``, ``2.000``), a fraction with trailing
+    zeros (``2.50``), a mantissa with them (``1.50e-05``), a small exponent with one digit (``1e-5``); and
+    every number ends: at most ``MAX_INTEGER_DIGITS`` digits before the point where a side is open (or the
+    other bound's digits), ``MAX_FRACTION_DIGITS`` after it. Each extra text spells a value the canonical texts
+    admit (the bounds are decided on values), so intersections of these languages stay those of the values."""
     lo = None if lo is None else Decimal(lo)
     hi = None if hi is None else Decimal(hi)
     for bound in (lo, hi):
@@ -123,20 +224,34 @@ def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = Non
     lo_int = None if lo is None else math.ceil(lo) + (1 if lo_exclusive and lo == math.ceil(lo) else 0)
     hi_int = None if hi is None else math.floor(hi) - (1 if hi_exclusive and hi == math.floor(hi) else 0)
     parts = []
-    whole = integer_regex(lo_int, hi_int)
-    if whole:
-        parts.append(whole)
-    positive = _decimals(lo, hi)  # n.F within [lo, hi]
+    if spellings:  # the open sides capped (values, so exact beside the bounds); integral values may take ".0"
+        lo_cap = Decimal(-_reach(hi) - 1) if lo is None else lo  # (n.T with n below the cap: n.T < cap + 1)
+        hi_cap = Decimal(_reach(lo) + 1) if hi is None else hi
+        whole = integer_regex(-_reach(hi) if lo_int is None else lo_int, _reach(lo) if hi_int is None else hi_int)
+        if whole:
+            parts.append(whole + "(\\." + _counted("0", 1, MAX_FRACTION_DIGITS) + ")?")
+        positive = _decimals_spelled(lo_cap, hi_cap)
+        negative = _decimals_spelled(-hi_cap, -lo_cap)
+    else:
+        whole = integer_regex(lo_int, hi_int)
+        if whole:
+            parts.append(whole)
+        positive = _decimals(lo, hi)  # n.F within [lo, hi]
+        negative = _decimals(None if hi is None else -hi, None if lo is None else -lo)  # -n.F: n.F in [-hi, -lo]
     if positive:
         parts.append(positive)
-    negative = _decimals(None if hi is None else -hi, None if lo is None else -lo)  # -n.F: n.F in [-hi, -lo]
     if negative:
         parts.append("-" + negative)
     mantissa = r"[1-9]\.([0-9]*[1-9]|0)" if style == "yaml" else r"[1-9](\.[0-9]*[1-9])?"
+    small = _SMALL_EXPONENT
+    if spellings:  # a mantissa's trailing zeros, a small exponent's one digit
+        digits = _counted("[0-9]", 1, MAX_FRACTION_DIGITS)
+        mantissa = rf"[1-9]\.{digits}" if style == "yaml" else rf"[1-9](\.{digits})?"
+        small = r"e-([5-9]|0[5-9]|[1-9][0-9]|[1-3][0-9][0-9])"
     small_pos = (lo is None or lo <= 0) and (hi is None or hi >= _SMALL)
     small_neg = (hi is None or hi >= 0) and (lo is None or lo <= -_SMALL)
     big_pos, big_neg = hi is None and (lo is None or lo < 10 ** 16), lo is None and (hi is None or hi > -10 ** 16)
-    for sign, exponent, admitted in (("", _SMALL_EXPONENT, small_pos), ("-", _SMALL_EXPONENT, small_neg),
+    for sign, exponent, admitted in (("", small, small_pos), ("-", small, small_neg),
                                      ("", _BIG_EXPONENT, big_pos), ("-", _BIG_EXPONENT, big_neg)):
         if admitted:
             parts.append(f"{sign}{mantissa}{exponent}")

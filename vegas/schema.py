@@ -636,11 +636,14 @@ class Compiler:
                 hi, hi_x, hi_keyword = bound, exclusive, keyword
             if not upper and (lo is None or bound > lo or (bound == lo and exclusive)):
                 lo, lo_x, lo_keyword = bound, exclusive, keyword
+        # (the spellings models write beside the canonical one, added to each value after every set operation
+        # on values above, and at most MAX_INTEGER_DIGITS/MAX_FRACTION_DIGITS digits: every number ends)
         if type_ == "integer":
-            regex = lexical.integer_regex(lo, hi)
+            regex = lexical.bounded_integer_regex(lo, hi)
         else:
             try:
-                regex = lexical.number_regex(lo, hi, lo_exclusive=lo_x, hi_exclusive=hi_x, style=self.style)
+                regex = lexical.number_regex(lo, hi, lo_exclusive=lo_x, hi_exclusive=hi_x, style=self.style,
+                                             spellings=True)
             except ValueError as exc:  # a fractional bound within 1e-4 of zero
                 keyword = lo_keyword if lexical.splits_exponent_forms(lo) else hi_keyword
                 raise UnsupportedSchemaError(str(exc), keyword=keyword, pointer=p) from None
