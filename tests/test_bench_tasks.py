@@ -1,0 +1,69 @@
+"""The scoring ``bench/tasks.py`` uses (``bench/task_data.py``): BFCL's own AST checker from the pinned bfcl-eval
+wheel on questions with known answers, the answer schemas the engines compile, and GSM-Symbolic's answers."""
+
+import json
+import re
+
+import jsonschema
+
+from bench import task_data
+from vegas import format_instance, schema_regex
+
+
+def _entry(category: str, qid: str) -> dict:
+    return next(e for e in task_data.bfcl_questions(category) if e["id"] == qid)
+
+
+def test_bfcl_simple_answers_are_scored_by_the_ast_checker():
+    entry = _entry("simple_python", "simple_python_0")  # calculate_triangle_area(base=10, height=5, unit?)
+    check = lambda value: task_data.bfcl_check(entry, value, "simple_python")[0]  # noqa: E731
+    call = {"name": "calculate_triangle_area", "arguments": {"base": 10, "height": 5}}
+    assert check(call)
+    assert check({**call, "arguments": {"base": 10, "height": 5, "unit": "units"}})
+    assert not check({**call, "arguments": {"base": 11, "height": 5}})  # a wrong value
+    assert not check({**call, "arguments": {"base": 10}})  # a required parameter missing
+    assert not check({**call, "arguments": {"base": 10, "height": 5, "color": "red"}})  # an unknown one
+    assert not check({**call, "arguments": {"base": 10.0, "height": 5}})  # BFCL: an integer must be an int
+    assert not check({**call, "name": "triangle_area"})
+    assert not check([call])  # not the answer's shape
+    assert task_data.bfcl_check(entry, task_data.bfcl_reference(entry, "simple_python"), "simple_python")[0]
+
+
+def test_bfcl_multiple_and_parallel_answers():
+    entry = _entry("multiple", "multiple_0")
+    reference = task_data.bfcl_reference(entry, "multiple")
+    assert task_data.bfcl_check(entry, reference, "multiple")[0]
+    other = next(f["name"] for f in entry["function"] if f["name"] != reference["name"])
+    assert not task_data.bfcl_check(entry, {**reference, "name": other}, "multiple")[0]
+
+    entry = _entry("parallel", "parallel_0")  # spotify.play for two artists
+    reference = task_data.bfcl_reference(entry, "parallel")
+    assert len(reference) == 2 and task_data.bfcl_check(entry, reference, "parallel")[0]
+    assert task_data.bfcl_check(entry, reference[::-1], "parallel")[0]  # BFCL: any order
+    assert not task_data.bfcl_check(entry, reference[:1], "parallel")[0]
+    assert not task_data.bfcl_check(entry, reference[0], "parallel")[0]
+
+
+def test_reference_answers_fit_the_answer_schemas():
+    """Every engine compiles ``answer_schema``: a correct answer validates and canonmerge's layout accepts its text."""
+    for category in task_data.BFCL_CATEGORIES:
+        for entry in task_data.bfcl_questions(category)[:5]:
+            schema = task_data.answer_schema(entry, category)
+            reference = task_data.bfcl_reference(entry, category)
+            assert jsonschema.Draft202012Validator(schema).is_valid(reference), (entry["id"], reference)
+            text = format_instance(reference, schema)
+            assert json.loads(text) == reference
+            assert re.fullmatch(schema_regex(schema), text), (entry["id"], text)
+
+
+def test_gsm_symbolic_questions_and_answers():
+    questions = task_data.gsm_questions(3)
+    assert [q["id"] for q in questions] == ["gsm_symbolic_0", "gsm_symbolic_1", "gsm_symbolic_2"]
+    assert questions == task_data.gsm_questions(3)  # deterministic
+    first = questions[0]
+    assert "peel" in first["question"] and first["answer"] == 220.0 and "220" in first["reasoning"]
+    assert task_data.gsm_check(first, {"reasoning": "", "answer": 220})[0]
+    assert task_data.gsm_check(first, {"reasoning": "", "answer": 220.0})[0]
+    assert not task_data.gsm_check(first, {"reasoning": "", "answer": 221})[0]
+    assert not task_data.gsm_check(first, {"reasoning": "", "answer": "220"})[0]
+    assert not task_data.gsm_check(first, [220])[0]
