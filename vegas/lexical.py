@@ -180,16 +180,19 @@ def _decimals_spelled(lo: Decimal | None, hi: Decimal | None) -> str | None:
     return parts[0] if len(parts) == 1 else "(" + "|".join(parts) + ")"
 
 
-def _reach(other: Decimal | int | None) -> int:
-    """How far an open side of a range goes: ``MAX_INTEGER_DIGITS`` digits, or as many as the other bound has."""
-    digits = MAX_INTEGER_DIGITS if other is None else max(MAX_INTEGER_DIGITS, len(str(abs(math.floor(other)))))
+def _reach(other: Decimal | int | None, side: int) -> int:
+    """How far an open side of a range goes (``side`` 1: up, -1: down): ``MAX_INTEGER_DIGITS`` digits, or as many
+    as the other bound has where that bound lies beyond them on this side (``minimum: 1e30`` keeps its numbers)."""
+    digits = MAX_INTEGER_DIGITS
+    if other is not None and side * other > 0:
+        digits = max(digits, len(str(abs(math.floor(other)))))
     return 10 ** digits - 1
 
 
 @lru_cache(maxsize=4096)
 def bounded_integer_regex(lo: int | None = None, hi: int | None = None) -> str | None:
     """``integer_regex`` with an open side capped (``_reach``): at most ``MAX_INTEGER_DIGITS`` digits there."""
-    return integer_regex(-_reach(hi) if lo is None else lo, _reach(lo) if hi is None else hi)
+    return integer_regex(-_reach(hi, -1) if lo is None else lo, _reach(lo, 1) if hi is None else hi)
 
 
 @lru_cache(maxsize=4096)
@@ -225,9 +228,10 @@ def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = Non
     hi_int = None if hi is None else math.floor(hi) - (1 if hi_exclusive and hi == math.floor(hi) else 0)
     parts = []
     if spellings:  # the open sides capped (values, so exact beside the bounds); integral values may take ".0"
-        lo_cap = Decimal(-_reach(hi) - 1) if lo is None else lo  # (n.T with n below the cap: n.T < cap + 1)
-        hi_cap = Decimal(_reach(lo) + 1) if hi is None else hi
-        whole = integer_regex(-_reach(hi) if lo_int is None else lo_int, _reach(lo) if hi_int is None else hi_int)
+        lo_cap = Decimal(-_reach(hi, -1) - 1) if lo is None else lo  # (n.T with n below the cap: n.T < cap + 1)
+        hi_cap = Decimal(_reach(lo, 1) + 1) if hi is None else hi
+        whole = integer_regex(-_reach(hi, -1) if lo_int is None else lo_int,
+                              _reach(lo, 1) if hi_int is None else hi_int)
         if whole:
             parts.append(whole + "(\\." + _counted("0", 1, MAX_FRACTION_DIGITS) + ")?")
         positive = _decimals_spelled(lo_cap, hi_cap)

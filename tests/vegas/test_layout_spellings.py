@@ -114,6 +114,10 @@ def test_every_number_is_bounded_in_digits():
     # a bound longer than the cap is the schema's own: kept
     big = re.compile(schema_regex({"type": "integer", "minimum": 10 ** 30}))
     assert big.fullmatch(str(10 ** 30 + 7)) and not big.fullmatch(str(10 ** 31))
+    # ... only on its own side: the open side below still stops at the cap
+    wide = re.compile(schema_regex({"type": "integer", "maximum": 10 ** 30}))
+    assert wide.fullmatch(str(10 ** 30)) and wide.fullmatch("-" + "9" * MAX_INTEGER_DIGITS)
+    assert not wide.fullmatch("-" + "9" * (MAX_INTEGER_DIGITS + 1))
 
 
 @pytest.mark.parametrize("style", STYLES)
