@@ -13,6 +13,13 @@ hash collision of keys) counts as ``rejected``, and the fragment is compiled aga
 automaton digest is the SHA-256 of the canonical automaton's arrays, so a library never serves fragments of
 another tokenizer.
 
+A compile that finds no fragment to keep finds something worth keeping all the same: that the regex's text goes
+on past some of its cut exits (*soft* exits: the stitching writes the fragment again without those cuts), or that no
+text of the fragment is live from its entry context. Finding either costs a character DFA and sometimes a whole
+guide (seconds for a YAML fragment: 19 s a schema to find them again in a new process), so each is kept as a small
+JSON file beside the fragments (``<key digest>.outcome.json``: the key written out and the outcome), written
+atomically, trusted only if it names the same key, and capped and evicted with the rest.
+
 What is kept, and when: a fragment whose compile took less than ``min_compile_seconds`` (default
 ``MIN_COMPILE_SECONDS``) is not written (a literal key compiles in ~2 ms, about what reading its file back costs);
 the others are written *behind* the compile, by one writer thread per process (``keep``), so a compile returns
@@ -72,6 +79,7 @@ _SEGMENTED = [(prefix + data, prefix + bounds) for prefix in ("", "layers_") for
     ("row_data", "row_bounds"), ("transitions_tokens", "transitions_offsets"),
     ("pending_row_tokens", "pending_row_bounds"))]
 _WORD_TABLES = ("transitions_common_words", "layers_transitions_common_words")
+_OUTCOME_SUFFIX = ".outcome.json"  # what a compile found instead of a fragment (``keep_outcome``)
 _STALE_PART_SECONDS = 3600  # a temporary file this old is a crashed writer's: evicted like any other
 
 
@@ -198,7 +206,7 @@ def _library_files(directory: Path) -> list[tuple[int, bool, int, Path]]:
                     if st.st_mtime_ns > stale:
                         continue  # a writer's, being written
                     out.append((0, is_row, st.st_size, Path(e.path)))
-                elif e.name.endswith(".npz" if not is_row else ".z"):
+                elif e.name.endswith((".npz", _OUTCOME_SUFFIX) if not is_row else ".z"):
                     out.append((st.st_mtime_ns, is_row, st.st_size, Path(e.path)))
     return out
 
@@ -285,14 +293,14 @@ class FragmentStore:
     """Fragments on disk under ``directory``, at most ``max_bytes`` of files (None: no cap), the least recently
     used evicted first; fragments compiled in less than ``min_compile_seconds`` not kept; ``write_behind``: written
     by the process's writer thread (False: by ``keep`` itself). Counts ``loaded``, ``saved``, ``rejected``,
-    ``evicted`` files and ``write_errors``."""
+    ``evicted`` files, ``write_errors`` and ``outcomes_loaded`` (soft exits or empty fragments read back)."""
 
     def __init__(self, directory: str | os.PathLike, max_bytes: int | None = DEFAULT_MAX_BYTES, *,
                  min_compile_seconds: float = MIN_COMPILE_SECONDS, write_behind: bool = True):
         self.directory = Path(directory)
         self.max_bytes = max_bytes
         self.min_compile_seconds, self.write_behind = min_compile_seconds, write_behind
-        self.loaded = self.saved = self.rejected = self.evicted = self.write_errors = 0
+        self.loaded = self.saved = self.rejected = self.evicted = self.write_errors = self.outcomes_loaded = 0
         self.last_write_error: BaseException | None = None
         self._usage = _Usage.of(self.directory)
         self._pending: dict[Path, Fragment] = {}  # handed to the writer, not yet written
@@ -414,6 +422,54 @@ class FragmentStore:
             _touch(used_path)
         self.loaded += 1
         return Fragment(regex, entry_context, guide, exit_of_node, exit_sets, 0.0)
+
+    def _outcome_path(self, canonical: CanonicalAutomaton, key_text: str) -> Path:
+        name = hashlib.sha256(key_text.encode()).hexdigest()[:32]
+        return self.directory / _automaton_digest(canonical)[:32] / f"{name}{_OUTCOME_SUFFIX}"
+
+    @staticmethod
+    def _outcome_key(kind: str, regex: str, key: tuple) -> str:
+        """Soft exits belong to the regex alone; an empty fragment to the whole key (entry context and all)."""
+        if kind == "soft":
+            return json.dumps({"format": FORMAT_VERSION, "outcome": "soft", "regex": regex}, ensure_ascii=True)
+        return json.dumps({"outcome": "empty", "key": FragmentStore._key_text(regex, *key)}, ensure_ascii=True)
+
+    def keep_outcome(self, canonical: CanonicalAutomaton, kind: str, regex: str, key: tuple,
+                     exits: tuple[int, ...] = ()) -> None:
+        """Keep what compiling ``regex`` under ``key`` (entry context, dead exits, canonical_only, EOS) found
+        instead of a fragment: ``kind`` "soft" (its text goes on past the cut ``exits``) or "empty" (no live text).
+        Written at once (a few hundred bytes); a failed write is counted like a fragment's."""
+        key_text = self._outcome_key(kind, regex, key)
+        body = json.dumps({"key": key_text, "exits": sorted(int(k) for k in exits)}).encode()
+        try:
+            _write_atomic(self._outcome_path(canonical, key_text), lambda f: f.write(body))
+        except OSError as exc:
+            self.write_errors += 1
+            self.last_write_error = exc
+            return
+        self._count(len(body))
+
+    def load_outcome(self, canonical: CanonicalAutomaton, regex: str, key: tuple) -> tuple[str, tuple[int, ...]] | None:
+        """("soft", exits) or ("empty", ()) if an earlier compile of ``regex`` (under ``key``) found it so, else
+        None. A file that does not parse or names another key is not trusted (removed; the compile finds out
+        again)."""
+        for kind in ("soft", "empty"):
+            key_text = self._outcome_key(kind, regex, key)
+            path = self._outcome_path(canonical, key_text)
+            try:
+                record = json.loads(path.read_bytes())
+                if record["key"] != key_text or not all(isinstance(k, int) and k >= 1 for k in record["exits"]):
+                    raise ValueError("another key")
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except Exception:
+                path.unlink(missing_ok=True)
+                self.rejected += 1
+                continue
+            _touch(path)
+            self.outcomes_loaded += 1
+            return kind, tuple(record["exits"])
+        return None
 
     def save(self, canonical: CanonicalAutomaton, fragment, *, dead_exits: frozenset, canonical_only: bool,
              eos: tuple[int, ...]) -> None:

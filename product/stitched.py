@@ -154,6 +154,10 @@ class FragmentLibrary:
             if regex in self._soft:
                 raise _SoftExits(self._soft[regex])
         compiled = False
+        if store is not None:  # what an earlier process found instead of a fragment
+            outcome = store.load_outcome(self.canonical, regex, key[1:])
+            if outcome is not None:
+                self._remember(outcome[0], key, set(outcome[1]))
         fragment = store.load(self.canonical, *key) if store is not None else None
         if fragment is None:
             try:
@@ -161,13 +165,13 @@ class FragmentLibrary:
                                              canonical_only=canonical_only, eos=eos, max_states=max_states,
                                              max_transitions=max_transitions)
             except _SoftExits as soft:
-                with self._lock:
-                    self._soft[regex] = soft.exits
-                raise
+                if store is not None:
+                    store.keep_outcome(self.canonical, "soft", regex, key[1:], tuple(soft.exits))
+                self._remember("soft", key, soft.exits)
             except EmptyLanguageError:
-                with self._lock:
-                    self._dead.add(key)
-                raise
+                if store is not None:
+                    store.keep_outcome(self.canonical, "empty", regex, key[1:])
+                self._remember("empty", key, set())
             compiled = True
             if store is not None:
                 store.keep(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
@@ -181,6 +185,18 @@ class FragmentLibrary:
                 evicted, _ = self._fragments.popitem(last=False)
                 self._bytes -= self._size.pop(evicted)
         return fragment, compiled
+
+    def _remember(self, kind: str, key: tuple, exits: set[int]) -> None:
+        """Keep in memory what compiling ``key`` found instead of a fragment, and raise it: soft exits (of the
+        regex, whatever the rest of the key) or no live text (of this key)."""
+        with self._lock:
+            if kind == "soft":
+                self._soft[key[0]] = exits
+            else:
+                self._dead.add(key)
+        if kind == "soft":
+            raise _SoftExits(exits)
+        raise EmptyLanguageError("a fragment with no live text")
 
     def clear(self) -> None:
         """Drop every fragment held in memory (guides built from them keep theirs; the disk is untouched)."""

@@ -149,3 +149,56 @@ def test_fast_fragments_are_not_kept_and_a_failed_write_costs_no_compile(tmp_pat
     assert isinstance(store.last_write_error, OSError)
     ids = runtime_of("gpt2").encode(vegas.format_instance(INSTANCE, LARGE), add_special_tokens=False).ids
     assert guide.accepts(ids)
+
+
+NESTED = {"type": "object", "properties": {"a": {"type": "object", "properties": {"b": {"type": "integer"}}},
+                                           "c": {"type": "boolean"}}, "required": ["a"]}
+
+
+def test_soft_exits_and_empty_fragments_found_once_are_read_back_not_found_again(tmp_path, monkeypatch):
+    """In YAML on GPT-2 this schema's stitching finds fragments whose text goes on past a cut (soft exits) and
+    fragments with no live text from their entry context; a new process reads both back from the store instead
+    of building their automata again, and a damaged outcome file is not trusted."""
+    import product.stitched as stitched
+
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    found = {"soft": 0, "empty": 0}
+    compile_fragment = stitched._compile_fragment
+
+    def counted(*args, **kwargs):
+        try:
+            return compile_fragment(*args, **kwargs)
+        except stitched._SoftExits:
+            found["soft"] += 1
+            raise
+        except stitched.EmptyLanguageError:
+            found["empty"] += 1
+            raise
+
+    monkeypatch.setattr(stitched, "_compile_fragment", counted)
+    compiler = Compiler.load(NESTED, "yaml", leaves=True)
+
+    def compile_fresh(store):  # a new process's view: an empty memory library
+        guide = compile_stitched(compiler.document(), compiler.leaves, canonical,
+                                 library=FragmentLibrary(canonical), store=store)
+        store.flush()
+        return guide
+
+    first = compile_fresh(FragmentStore(tmp_path, max_bytes=None))
+    assert found["soft"] > 0 and found["empty"] > 0
+    outcomes = sorted(tmp_path.rglob("*.outcome.json"))
+    assert len(outcomes) == found["soft"] + found["empty"]
+    found.update(soft=0, empty=0)
+    store = FragmentStore(tmp_path, max_bytes=None)
+    again = compile_fresh(store)
+    assert found == {"soft": 0, "empty": 0} and store.outcomes_loaded >= len(outcomes) and store.rejected == 0
+    text = vegas.format_instance({"a": {"b": 12}, "c": True}, NESTED, style="yaml")
+    ids = runtime.encode(text, add_special_tokens=False).ids
+    assert first.accepts(ids) and again.accepts(ids)
+    assert all(np.array_equal(a, b) for a, b in zip(_masks(again, ids), _masks(first, ids), strict=True))
+
+    outcomes[0].write_text('{"key": "another", "exits": []}')  # names another key: not trusted, found again
+    store = FragmentStore(tmp_path, max_bytes=None)
+    rebuilt = compile_fresh(store)
+    assert store.rejected == 1 and found["soft"] + found["empty"] == 1
+    assert all(np.array_equal(a, b) for a, b in zip(_masks(rebuilt, ids), _masks(first, ids), strict=True))
