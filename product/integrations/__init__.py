@@ -11,8 +11,8 @@ imports them, so none of these clients is a dependency of the package:
 - ``product.integrations.vllm``: a vLLM (V1 engine) logits processor, per request through ``extra_args``.
 
 Outlines and llama-cpp-python are tested against the real packages (tests/product/test_integrations.py); the SGLang
-and vLLM adapters are written against those projects' published interfaces and are untested (neither installs on
-a CPU-only machine). The shared part, a ``Matcher`` per row advanced by the token ids a client passes, is
+and vLLM adapters are written against those projects' interfaces (SGLang 0.5.23, vLLM 0.33.0's V1 model runner) and
+not run in a server (neither installs on a CPU-only machine; docs/clients.md says what was checked). The shared part, a ``Matcher`` per row advanced by the token ids a client passes, is
 ``product.integrations.sequences``.
 
 Leaves out: compiling JSON Schemas (``vegas.compile_schema``, a layer above ``product``): adapters take compiled

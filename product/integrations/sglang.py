@@ -12,7 +12,9 @@ mask is canonmerge's packed int32 bitmask (rows SGLang leaves unfilled stay all 
 ``json_object`` mode) is the schema ``{}``.
 
 Written against SGLang 0.5.23's ``sglang.srt.constrained.base_grammar_backend`` (``BaseGrammarObject``,
-``BaseGrammarBackend``, ``register_grammar_backend``) and untested: SGLang does not install on a CPU-only machine.
+``BaseGrammarBackend``, ``register_grammar_backend``); not run in an SGLang server (SGLang does not install on a
+CPU-only machine), driven through SGLang's own classes by tests/product/test_integrations.py where ``sglang``
+imports.
 Importing this module imports ``sglang`` and ``torch``. Leaves out: EBNF and structural tags (refused as
 unsupported), jump-forward (SGLang's retokenizing jump-forward; ``Matcher.jump_forward_tokens`` has the forced
 tokens), reasoning-model framing.

@@ -17,11 +17,12 @@ a pinned bitmask (``product.fill_next_token_bitmasks``) and masks those rows of 
 (``product.apply_bitmask``), leaving other requests' rows untouched.
 
 Written against the ``vllm.v1.sample.logits_processor.LogitsProcessor`` interface (``validate_params``,
-``update_state``, ``apply``, ``is_argmax_invariant``; vLLM 0.10-0.31, and later versions' V1 model runner,
-``VLLM_USE_V2_MODEL_RUNNER=0``) and untested: vLLM does not install on a CPU-only machine. Importing this module
-imports ``vllm``, ``torch`` and ``transformers``. Leaves out: speculative decoding (vLLM refuses custom logits
-processors with it), vLLM's structured-output backends (``guided_decoding``: they need a patch to vLLM), the
-Model Runner V2 interface.
+``update_state``, ``apply``, ``is_argmax_invariant``) of the V1 model runner: the default up to vLLM 0.31; from 0.32
+on Model Runner V2 is, and it refuses V1-interface classes, so run with ``VLLM_USE_V2_MODEL_RUNNER=0``. Not run in
+an engine (vLLM does not install on a CPU-only machine); imported against vLLM 0.33.0's source and driven once by
+hand with its ``BatchUpdate`` (docs/clients.md). Importing this module imports ``vllm``, ``torch`` and
+``transformers``. Leaves out: speculative decoding (vLLM refuses custom logits processors with it), vLLM's
+structured-output backends (``guided_decoding``: they need a patch to vLLM), the Model Runner V2 interface.
 """
 
 from __future__ import annotations
