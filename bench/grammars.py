@@ -10,12 +10,19 @@ mask mean/p50/p99, and the share of steps whose mask allows exactly one token (a
 the forward pass there). Every statistic is the median over ``--repeats`` fresh compiles.
 
 canonmerge compiles the grammars whose language is regular and refuses the others (``UnsupportedGrammarError``:
-recursion a regex cannot express) — reported as refused, with the rule. The peers take GBNF (llguidance through its
+recursion a regex cannot express) — reported as refused, with the rule; the row "canonmerge, bounded" compiles those
+with an opt-in depth bound (``max_depth``: arithmetic 4, json and json_arr 6, c 2), a smaller language than the
+peers' (the walks' strings are shallow enough for it). The peers take GBNF (llguidance through its
 GBNF-to-Lark converter, XGrammar as EBNF) and Lark (llguidance; XGrammar has no Lark front end: n/a). A peer that
 rejects a walk is reported with the failure: llguidance's GBNF converter makes rules greedy lexemes, which changes
 some grammars' languages (arithmetic's ``a=b\\n``), and no peer's masks are canonical.
 
     python bench/grammars.py [--tokenizers gpt2,llama3] [--repeats 3] [--out bench/results/grammars.json]
+
+``--boundaries`` measures instead what a construction for recursive grammars must handle (docs/design.md,
+"Grammars"): in real JSON (the pinned JSON-Schema-Test-Suite files, as ``json.dumps`` writes them and indented),
+how often the edges of an object or array — where a grammar pushes or pops — fall on a token boundary of the
+canonical tokenization, and how many distinct tokens cross them.
 """
 
 from __future__ import annotations
@@ -93,13 +100,14 @@ def _ones(mask: np.ndarray) -> int:
 
 class Canonmerge:
     name = "canonmerge"
+    depths: dict[str, int] = {}
 
     def __init__(self, tokenizer: str, runtime):
         self.canonical = compile_tokenizer(tokenizer_source(tokenizer))
         compile_grammar('root ::= "warm" | "up"', self.canonical)  # vocabulary trie and kernels, once
 
-    def compile(self, syntax: str, text: str):
-        return compile_grammar(text, self.canonical, syntax=syntax)
+    def compile(self, syntax: str, text: str, name: str = ""):
+        return compile_grammar(text, self.canonical, syntax=syntax, max_depth=self.depths.get(name))
 
     def walk(self, guide, ids, times, forced):
         out = torch.zeros((1, guide.num_words), dtype=torch.int32)
@@ -135,7 +143,7 @@ class LLGuidance:
                                                       eos_token=eos)
         self.vocab_size = canonical.vocab_size
 
-    def compile(self, syntax: str, text: str):
+    def compile(self, syntax: str, text: str, name: str = ""):
         grammar = self.lib.grammar_from(syntax, text)
         matcher = self.lib.LLMatcher(self.tokenizer, grammar)
         if matcher.is_error():
@@ -170,7 +178,7 @@ class XGrammar:
         self.compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
         self.vocab_size = canonical.vocab_size
 
-    def compile(self, syntax: str, text: str):
+    def compile(self, syntax: str, text: str, name: str = ""):
         if syntax != "gbnf":
             raise NotImplementedError("no Lark front end")
         return self.compiler.compile_grammar(text)
@@ -189,7 +197,19 @@ class XGrammar:
                 raise RuntimeError(f"rejected token {t}")
 
 
-ENGINES = [Canonmerge, LLGuidance, XGrammar]
+class CanonmergeBounded(Canonmerge):
+    """canonmerge on the recursive grammars with a depth bound (opt-in ``max_depth``): exact for the strings nested at
+    most that deep (JSON: three levels of braces), which is a smaller language than the peers'."""
+    name = "canonmerge, bounded"
+    depths = {"arithmetic": 4, "json": 6, "json_arr": 6, "c": 2}
+
+    def compile(self, syntax: str, text: str, name: str = ""):
+        if name not in self.depths:
+            raise NotImplementedError("regular: the unbounded row")
+        return compile_grammar(text, self.canonical, syntax=syntax, max_depth=self.depths[name])
+
+
+ENGINES = [Canonmerge, CanonmergeBounded, LLGuidance, XGrammar]
 
 
 def run(tokenizers: list[str], repeats: int) -> dict:
@@ -210,7 +230,7 @@ def run(tokenizers: list[str], repeats: int) -> dict:
                 for _ in range(repeats):  # fresh compiles; statistics are medians over repetitions
                     t0 = time.perf_counter()
                     try:
-                        compiled = engine.compile(syntax, text)
+                        compiled = engine.compile(syntax, text, name)
                     except UnsupportedGrammarError as exc:
                         row["refused"] = f"{exc.construct}: rule {exc.rule!r}, line {exc.line}"
                         break
@@ -247,7 +267,7 @@ def run(tokenizers: list[str], repeats: int) -> dict:
 
 
 def _line(row: dict) -> str:
-    head = f"{row['tokenizer']:7s} {row['engine']:11s} {row['grammar']:14s}"
+    head = f"{row['tokenizer']:7s} {row['engine']:19s} {row['grammar']:14s}"
     if "refused" in row:
         return f"{head} refused ({row['refused']})"
     failures = f"  {len(row['failures'])} failures: {row['failures'][0]}" if row["failures"] else ""
@@ -272,7 +292,8 @@ def print_table(results: dict) -> None:
             if row is None:
                 cells.append("")
             elif "refused" in row:
-                cells.append("refused" if row["refused"].startswith("recursion") else row["refused"].split(":")[0])
+                cells.append("refused" if row["refused"].startswith("recursion") else
+                             "" if "the unbounded row" in row["refused"] else row["refused"].split(":")[0])
             else:
                 cell = (f"{row['compile_ms']:.1f} / {row['mask_us_mean']:.1f} / {row['mask_us_p99']:.0f} / "
                         f"{100 * row['forced_share']:.0f} %")
@@ -280,12 +301,70 @@ def print_table(results: dict) -> None:
         print(f"| {tokenizer} | {grammar} | " + " | ".join(cells) + " |")
 
 
+JSON_LARK = r"""
+?value: object | array | ESCAPED_STRING | SIGNED_NUMBER | "true" | "false" | "null"
+array: "[" [value ("," value)*] "]"
+object: "{" [pair ("," pair)*] "}"
+pair: ESCAPED_STRING ":" value
+%import common.ESCAPED_STRING
+%import common.SIGNED_NUMBER
+%import common.WS
+%ignore WS
+"""
+
+
+def boundaries(tokenizers: list[str]) -> dict:
+    """Per tokenizer: at each object's or array's opening and closing (the character before and after each
+    bracket), whether the canonical tokenization has a token boundary there; the tokens that cross, counted."""
+    import lark  # (a test dependency: Lark parses the JSON with positions)
+
+    texts = []
+    for name in ("text/properties.json", "text/ref.json", "text/format.json", "text/pattern.json"):
+        data = json.loads(asset_path(name).read_text(encoding="utf-8"))
+        texts += [json.dumps(data), json.dumps(data, indent=2)]
+    parser = lark.Lark(JSON_LARK, start="value", parser="lalr", propagate_positions=True)
+    out = {}
+    for tokenizer in tokenizers:
+        runtime = reference_runtime(tokenizer)
+        counts: dict[str, list[int]] = {}
+        crossing: dict[str, int] = {}
+        for text in texts:
+            encoding = runtime.encode(text, add_special_tokens=False)
+            starts = {s for s, _ in encoding.offsets}
+            spans = list(zip(encoding.offsets, encoding.ids))
+            for node in parser.parse(text).iter_subtrees():
+                if node.data not in ("object", "array"):
+                    continue
+                s, e = node.meta.start_pos, node.meta.end_pos
+                for where, position in (("before open", s), ("after open", s + 1), ("before close", e - 1),
+                                        ("after close", e)):
+                    aligned = position in starts or position == len(text)
+                    counts.setdefault(where, [0, 0])[aligned] += 1
+                    if not aligned:
+                        token = next(runtime.id_to_token(i) for (a, b), i in spans if a < position < b)
+                        crossing[token] = crossing.get(token, 0) + 1
+        out[tokenizer] = {"edges": {k: {"aligned": v[1], "crossed": v[0]} for k, v in counts.items()},
+                          "crossing_tokens": len(crossing),
+                          "most_common": sorted(crossing.items(), key=lambda kv: -kv[1])[:12]}
+        print(f"{tokenizer}: " + ", ".join(f"{k} {v[1]}/{sum(v)} on a boundary" for k, v in counts.items())
+              + f"; {len(crossing)} distinct crossing tokens, most common "
+              + ", ".join(f"{t!r} ({n})" for t, n in out[tokenizer]["most_common"][:6]))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokenizers", default="gpt2,llama3")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "grammars.json"))
+    parser.add_argument("--boundaries", action="store_true", help="measure recursion edges against token boundaries")
     args = parser.parse_args()
+    if args.boundaries:
+        out = Path(args.out).with_name("grammar_boundaries.json") if args.out.endswith("grammars.json") else Path(
+            args.out)
+        out.write_text(json.dumps(boundaries(args.tokenizers.split(",")), indent=1) + "\n", encoding="utf-8")
+        print(f"wrote {out}")
+        return
     results = run(args.tokenizers.split(","), args.repeats)
     print_table(results)
     Path(args.out).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
