@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from automata import Alphabet, EmptyLanguageError, from_regex
 from automata.grammar import (
+    COMMON,
     CharClass,
     Choice,
     Grammar,
@@ -436,7 +437,7 @@ def regular_grammars(draw):
 _SHORT_STRINGS = ["".join(p) for n in range(5) for p in itertools.product(_ALPHABET + "d", repeat=n)]
 
 
-@settings(max_examples=25)
+@settings(max_examples=15)
 @given(grammar=regular_grammars())
 def test_random_right_linear_grammars_become_regexes_that_agree_with_the_recognizer(grammar):
     regex = to_regex(grammar)
@@ -514,3 +515,18 @@ def test_a_depth_bound_cuts_exactly_at_the_depth():
     dfa = _bounded("arithmetic", 4)  # expr@0 -> term@1 -> "(" expr@2 -> term@3 -> "(" expr@4 -> term@5: too deep
     assert dfa.accepts("a=(b)\n") and dfa.accepts("(a+b*c)=(d)\n")
     assert not dfa.accepts("((a))=b\n") and recognizer("arithmetic").accepts("((a))=b\n")
+
+
+_COMMON_NAMES = [line.split(":")[0] for line in COMMON.strip().splitlines() if not line.startswith("_")]
+
+
+@pytest.mark.parametrize("name", _COMMON_NAMES)
+def test_every_common_terminal_matches_what_lark_matches(name):
+    text = f"start: {name}\n%import common.{name}\n"
+    grammar, reference = parse_grammar(text, "lark"), lark.Lark(text, parser="earley", lexer="dynamic_complete")
+    recognizer, rng = Recognizer(grammar), random.Random(name)
+    for _ in range(12):
+        source = sample(grammar, rng, max_repeat=3)
+        assert lark_accepts(reference, source) and recognizer.accepts(source), source
+        for mutant in mutants(source, rng, 3) + ['"a\\"', '"a"b"', "/* a */ b */", "1e", ".5", "-"]:
+            assert recognizer.accepts(mutant) == lark_accepts(reference, mutant), mutant

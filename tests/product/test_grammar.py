@@ -34,6 +34,12 @@ GRAMMARS.update({f"{name} (depth {d})": (asset_path(f"grammars/{name}.gbnf").rea
                  for name, d in DEPTH.items()})
 
 
+TOKENIZERS = ("gpt2", "smollm2", "llama3")
+#: every grammar on every tokenizer, but the depth-bounded ones on SmolLM2 (its automaton's classes add nothing new)
+CASES = [(name, tokenizer) for name in sorted(GRAMMARS) for tokenizer in TOKENIZERS
+         if not ("(depth" in name and tokenizer == "smollm2")]
+
+
 def depth_of(name: str) -> int | None:
     return int(name.split("(depth ")[1][:-1]) if "(depth " in name else None
 
@@ -47,7 +53,6 @@ def in_bounded_language(name: str, text: str) -> bool:
         _BOUNDED[name] = from_regex(grammar_regex(*GRAMMARS[name][:1], syntax=GRAMMARS[name][1],
                                                   max_depth=depth_of(name)))
     return _BOUNDED[name].accepts(text)
-TOKENIZERS = ("gpt2", "smollm2", "llama3")
 
 _GUIDES: dict = {}
 
@@ -93,14 +98,13 @@ def other_tokenizations(runtime, text: str, ids: list[int], rng: random.Random, 
     return out
 
 
-@pytest.mark.parametrize("tokenizer", TOKENIZERS)
-@pytest.mark.parametrize("name", sorted(GRAMMARS))
+@pytest.mark.parametrize("name, tokenizer", CASES)
 def test_grammar_strings_are_accepted_canonically_and_only_so(name, tokenizer):
     guide, runtime = guide_of(name, tokenizer), runtime_of(tokenizer)
     grammar = parse_grammar(GRAMMARS[name][0], GRAMMARS[name][1])
     rng = random.Random(zlib.crc32(f"{name}:{tokenizer}".encode()))
     others = outside = 0
-    for _ in range(25):
+    for _ in range(20):
         text = sample(grammar, rng, max_depth=6, max_repeat=3)
         assert in_grammar(name, text), text
         if not in_bounded_language(name, text):
@@ -121,8 +125,7 @@ def test_grammar_strings_are_accepted_canonically_and_only_so(name, tokenizer):
     assert others >= 3 and outside >= 3
 
 
-@pytest.mark.parametrize("tokenizer", TOKENIZERS)
-@pytest.mark.parametrize("name", sorted(GRAMMARS))
+@pytest.mark.parametrize("name, tokenizer", CASES)
 def test_random_walks_never_dead_end_and_end_in_canonical_grammar_text(name, tokenizer):
     guide, runtime = guide_of(name, tokenizer), runtime_of(tokenizer)
     rng = np.random.default_rng(zlib.crc32(f"walk:{name}:{tokenizer}".encode()))
