@@ -173,6 +173,35 @@ class Skeleton:
             classes_into[q].setdefault(t, []).append(c)
         self.edges = [{t: label[cs[0]] if len(cs) == 1 else _alternation([label[c] for c in cs])
                        for t, cs in by_target.items()} for by_target in classes_into]
+        # per state, what its texts may start with: the first bytes of its literal classes and its leaves' regexes
+        # (``first_bytes``, read only where a fragment's entry is checked)
+        self._first_literal: list[set[int]] = [set() for _ in range(n)]
+        self._first_leaves: list[set[str]] = [set() for _ in range(n)]
+        for q, c, _ in edges:
+            if self.strings[c] is not None:
+                self._first_literal[q] |= first[c]
+            else:  # a class of leaves, perhaps with literal characters beside them
+                for ch in chars_of[c]:
+                    if ch in leaves:
+                        self._first_leaves[q].add(leaves[ch])
+                    else:
+                        self._first_literal[q].add(ch.encode("utf-8", "surrogatepass")[0])
+
+    def first_bytes(self, roots: frozenset) -> frozenset | None:
+        """The bytes a fragment's text from ``roots`` can start with; None where it may be empty (a root ends
+        the text) or a leaf's first characters are not known. (``product.stitched`` finds a fragment dead at once
+        when no token its entry context allows starts with one of them.)"""
+        found: set[int] = set()
+        for root in roots:
+            if root == END or self.accepting[root]:
+                return None
+            found |= self._first_literal[root]
+            for leaf in self._first_leaves[root]:
+                openings = _leaf_openings(leaf)
+                if openings is None:
+                    return None
+                found |= {ch.encode("utf-8", "surrogatepass")[0] for ch in openings}
+        return frozenset(found)
 
     def fragment(self, roots: frozenset, soft: frozenset = frozenset()) -> tuple[str, list[int]]:
         """The regex of what the skeleton reads from any of ``roots`` (cut states, or ``END``: the text ends) up
