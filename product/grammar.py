@@ -2,7 +2,7 @@
 regular.
 
 The grammar is read into ``automata.grammar``'s IR and written as one regex (``automata.grammar.regular``: rules
-without recursion inlined, right-linear cycles solved), which ``product.compile_regex`` compiles like any other:
+without recursion inlined, right- and left-linear cycles solved), which ``product.compile_regex`` compiles like any other:
 the guide allows exactly the canonical tokenizations of the grammar's strings, and every allowed token keeps the
 text completable. A grammar with any other recursion (``"(" expr ")"``, JSON's nesting) is refused with
 ``automata.grammar.UnsupportedGrammarError`` (construct "recursion", the rule and its line): its language may not

@@ -3,9 +3,9 @@ their language is regular.
 
 ``parse_grammar(text, syntax)`` (``parse_gbnf``, ``parse_lark``) gives a ``Grammar``: rules of literals, character
 classes, regex terminals, references, sequences, choices and repetitions (``automata.grammar.ir``). ``Recognizer``
-decides membership (Earley over characters); ``to_regex`` writes a grammar whose recursion is at most right-linear
-as one regex (``automata.grammar.regular``), what ``product.compile_grammar`` compiles; ``sample`` draws strings of
-a grammar (``automata.grammar.sample``). Errors derive from ``GrammarError`` (a ``CanonmergeError``) and name the
+decides membership (Earley over characters); ``to_regex`` writes a grammar whose recursion is at most right- or
+left-linear as one regex (``automata.grammar.regular``; others cut at an opt-in depth), what
+``product.compile_grammar`` compiles; ``sample`` draws strings of a grammar (``automata.grammar.sample``). Errors derive from ``GrammarError`` (a ``CanonmergeError``) and name the
 construct, its line and column.
 
 Leaves out: tokens (``product.grammar`` intersects a grammar's regex with a tokenizer's canonical automaton).

@@ -5,18 +5,20 @@ Rules are written bottom-up over the reference graph's strongly connected compon
 - a rule outside any cycle is its body with each reference replaced by the referenced rule's regex;
 - a cycle of rules whose every recursive reference is in *tail* position (right-linear: ``list ::= item list |
   item``, ``a ::= "x" b?``, ``b ::= "y" a``) is a system of equations ``X = c_X | a_XY Y | ...`` over the cycle's
-  rules, solved by eliminating one rule at a time with Arden's rule (``X = a X | b`` is ``X = a* b``);
-- any other recursion — a reference with text after it (``"(" expr ")"``), inside a repetition, or in the middle
-  of a sequence — is refused with ``UnsupportedGrammarError`` (construct "recursion"), naming the rule and its
-  line: its language may not be regular, and canonmerge's guides are automata.
+  rules, solved by eliminating one rule at a time with Arden's rule (``X = a X | b`` is ``X = a* b``); one whose
+  every recursive reference is a *head* (left-linear, Lark's ``list: list "," item | item``) likewise, mirrored;
+- any other recursion — a reference with text on both sides (``"(" expr ")"``), inside a repetition, or heads and
+  tails mixed — is refused with ``UnsupportedGrammarError`` (construct "recursion"), naming the rule and its
+  line: its language may not be regular, and canonmerge's guides are automata (``max_depth`` cuts it at a depth,
+  when asked).
 
 Characters are written as themselves where the regex syntax allows, ``\\xHH`` for control characters, escaped
 where special; Lark's case-insensitive literals and regex flags become ``(?i:...)``/``(?s:...)`` groups. A regex
 longer than ``max_length`` (a DAG of rules written out as a tree can grow exponentially) raises
 ``StateLimitError``.
 
-Leaves out: tokens (``product.grammar`` compiles the regex), and left-linear recursion (``X ::= X "a" | "b"``),
-which is regular too but refused here.
+Leaves out: tokens (``product.grammar`` compiles the regex), and regular languages written with other recursion
+(a cycle mixing heads and tails, which can be regular but is refused).
 """
 
 from __future__ import annotations
@@ -175,50 +177,61 @@ class _Writer:
             regex = at(name, 0)
             self.done[name] = _NOTHING if regex is None else regex
 
-    # ---- right-linear cycles -------------------------------------------------------------------------------
+    # ---- right- and left-linear cycles ---------------------------------------------------------------------
     def solve(self, members: list[str]) -> None:
-        """Finish the rules of one cycle, if every recursive reference in it is a tail (else refuse)."""
+        """Finish the rules of one cycle if every recursive reference in it is a tail (right-linear), or every one
+        a head (left-linear: ``list ::= list "," item | item``); else refuse, naming the first rule that is not
+        right-linear."""
         cycle = set(members)
-        equations = {}
-        for name in members:
-            rule = self.grammar.rules[name]
-            linear = self.linear(rule.body, cycle)
-            if linear is None:
-                raise UnsupportedGrammarError(
-                    f"rule {name!r} is recursive in a way a regex cannot express (a recursive reference with text "
-                    "after it, or inside a repetition); compiling recursive grammars is not supported yet",
-                    construct="recursion", line=rule.at.line, column=rule.at.column, rule=name)
-            equations[name] = linear
-        # eliminate each rule in turn: X = a X | rest  ->  X = a* rest, then substitute X in the others
+        for left in (False, True):
+            equations = {name: self.linear(self.grammar.rules[name].body, cycle, left) for name in members}
+            if all(linear is not None for linear in equations.values()):
+                self.eliminate(members, equations, left)
+                return
+            if not left:
+                name = next(n for n in members if equations[n] is None)
+        rule = self.grammar.rules[name]
+        raise UnsupportedGrammarError(
+            f"rule {name!r} is recursive in a way a regex cannot express (a recursive reference with text on both "
+            "sides, or inside a repetition); compiling recursive grammars is not supported yet (max_depth= cuts "
+            "them at a depth)", construct="recursion", line=rule.at.line, column=rule.at.column, rule=name)
+
+    def eliminate(self, members: list[str], equations: dict, left: bool) -> None:
+        """Solve ``X = c_X | a_XY Y | ...`` (right-linear; ``X = c_X | Y a_XY | ...`` when ``left``) for the cycle's
+        rules: eliminate each in turn with Arden's rule (``X = a X | b`` is ``a* b``; ``X = X a | b`` is ``b a*``),
+        substituting it in the others, then write the rules back in reverse order."""
+        def join(outer: str, inner: str) -> str:  # the outer coefficient before the inner text (after, if left)
+            return _group(inner) + outer if left else outer + _group(inner)
+
         for x in members:
             const, coeffs = equations.pop(x)
             loop = coeffs.pop(x, None)
             if loop is not None:
                 star = f"(?:{loop})*"
-                const = None if const is None else star + _group(const)
-                coeffs = {y: star + _group(a) for y, a in coeffs.items()}
-            equations_x = (const, coeffs)
+                const = None if const is None else join(star, const)
+                coeffs = {y: join(star, a) for y, a in coeffs.items()}
             for z, (c_z, a_z) in equations.items():
                 a_zx = a_z.pop(x, None)
                 if a_zx is None:
                     continue
                 if const is not None:
-                    c_z = _union(c_z, a_zx + _group(const))
+                    c_z = _union(c_z, join(a_zx, const))
                 for y, a in coeffs.items():
-                    a_z[y] = _union(a_z.get(y), a_zx + _group(a))
+                    a_z[y] = _union(a_z.get(y), join(a_zx, a))
                 equations[z] = (c_z, a_z)
-            self.done[x] = equations_x  # type: ignore[assignment]  (finished below, once its coefficients are)
+            self.done[x] = (const, coeffs)  # type: ignore[assignment]  (finished below, once its coefficients are)
         # back-substitute in reverse order: the last rule eliminated has no references left
         for x in reversed(members):
             const, coeffs = self.done[x]  # type: ignore[misc]
             regex = const
             for y, a in coeffs.items():
-                regex = _union(regex, a + _group(self.done[y]))
+                regex = _union(regex, join(a, self.done[y]))
             self.done[x] = self.checked(_NOTHING if regex is None else regex)
 
-    def linear(self, expr: Expr, cycle: set[str]):
-        """``expr`` as ``(c, {Y: a_Y})`` with ``expr = c | a_Y Y | ...`` (regexes; ``None``: the empty set), the
-        ``Y`` rules of ``cycle``; None if a reference to the cycle is not a tail."""
+    def linear(self, expr: Expr, cycle: set[str], left: bool = False):
+        """``expr`` as ``(c, {Y: a_Y})`` with ``expr = c | a_Y Y | ...`` (``c | Y a_Y | ...`` when ``left``; regexes,
+        ``None`` the empty set), the ``Y`` rules of ``cycle``; None if a reference to the cycle is not a tail (a
+        head)."""
         if not any(ref.name in cycle for ref in references(expr)):
             return self.write(expr), {}
         if isinstance(expr, Ref):
@@ -226,7 +239,7 @@ class _Writer:
         if isinstance(expr, Choice):
             const, coeffs = None, {}
             for option in expr.options:
-                linear = self.linear(option, cycle)
+                linear = self.linear(option, cycle, left)
                 if linear is None:
                     return None
                 const = _union(const, linear[0])
@@ -234,17 +247,18 @@ class _Writer:
                     coeffs[y] = _union(coeffs.get(y), a)
             return const, coeffs
         if isinstance(expr, Sequence):
-            *head, last = expr.items
-            if any(ref.name in cycle for item in head for ref in references(item)):
+            items = list(expr.items)
+            end = items.pop(0) if left else items.pop()  # the item the cycle may be in
+            if any(ref.name in cycle for item in items for ref in references(item)):
                 return None
-            linear = self.linear(last, cycle)
+            linear = self.linear(end, cycle, left)
             if linear is None:
                 return None
-            prefix = "".join(self.atom(item) for item in head)
-            const = None if linear[0] is None else prefix + _group(linear[0])
-            return const, {y: prefix + _group(a) for y, a in linear[1].items()}
-        if isinstance(expr, Repeat) and expr.max == 1:  # x? with x a tail: "" | x
-            linear = self.linear(expr.item, cycle)
+            rest = "".join(self.atom(item) for item in items)
+            join = (lambda inner: _group(inner) + rest) if left else (lambda inner: rest + _group(inner))
+            return (None if linear[0] is None else join(linear[0])), {y: join(a) for y, a in linear[1].items()}
+        if isinstance(expr, Repeat) and expr.max == 1:  # x? with x a tail (head): "" | x
+            linear = self.linear(expr.item, cycle, left)
             if linear is None:
                 return None
             return (_union(linear[0], "") if expr.min == 0 else linear[0]), linear[1]

@@ -400,7 +400,8 @@ _ALPHABET = "abc"
 @st.composite
 def regular_grammars(draw):
     """A small grammar over a, b, c: leaf rules ``L0..L2`` (no recursion; each may use later leaves) and a
-    right-linear cycle ``R0..R2`` (each alternative: leaf material, then at most one rule of the cycle)."""
+    right- or left-linear cycle ``R0..R2`` (each alternative: leaf material, then at most one rule of the cycle; or
+    that rule first)."""
 
     def leaf_expr(depth: int, after: int):
         kinds = ["lit", "class"] + (["ref"] if after < 3 else []) + (["seq", "alt", "rep"] if depth < 3 else [])
@@ -422,14 +423,19 @@ def regular_grammars(draw):
     rules = {}
     for k in range(3):
         rules[f"L{k}"] = Rule(f"L{k}", leaf_expr(1, k + 1), Span(k + 1, 1))
+    left = draw(st.booleans())  # the cycle's references all heads (left-linear) or all tails (right-linear)
+
+    def linear(material, ref):
+        return Sequence((ref, material) if left else (material, ref))
+
     for k in range(3):
         options = []
         for _ in range(draw(st.integers(1, 3))):
-            head = leaf_expr(2, 0)
-            tail = draw(st.sampled_from([None, "R0", "R1", "R2"]))
-            options.append(head if tail is None else Sequence((head, Ref(tail))))
-        if draw(st.booleans()):  # an optional tail: x R?
-            options.append(Sequence((leaf_expr(2, 0), Repeat(Ref(f"R{draw(st.integers(0, 2))}"), 0, 1))))
+            material = leaf_expr(2, 0)
+            other = draw(st.sampled_from([None, "R0", "R1", "R2"]))
+            options.append(material if other is None else linear(material, Ref(other)))
+        if draw(st.booleans()):  # an optional reference: x R? (R? x)
+            options.append(linear(leaf_expr(2, 0), Repeat(Ref(f"R{draw(st.integers(0, 2))}"), 0, 1)))
         rules[f"R{k}"] = Rule(f"R{k}", Choice(tuple(options)), Span(4 + k, 1))
     return Grammar(rules, draw(st.sampled_from(["R0", "L0"])), (), "gbnf")
 
@@ -437,9 +443,9 @@ def regular_grammars(draw):
 _SHORT_STRINGS = ["".join(p) for n in range(5) for p in itertools.product(_ALPHABET + "d", repeat=n)]
 
 
-@settings(max_examples=15)
+@settings(max_examples=20)
 @given(grammar=regular_grammars())
-def test_random_right_linear_grammars_become_regexes_that_agree_with_the_recognizer(grammar):
+def test_random_right_and_left_linear_grammars_become_regexes_that_agree_with_the_recognizer(grammar):
     regex = to_regex(grammar)
     recognizer = Recognizer(grammar)
     language = {s for s in _SHORT_STRINGS if recognizer.accepts(s)}
@@ -530,3 +536,13 @@ def test_every_common_terminal_matches_what_lark_matches(name):
         assert lark_accepts(reference, source) and recognizer.accepts(source), source
         for mutant in mutants(source, rng, 3) + ['"a\\"', '"a"b"', "/* a */ b */", "1e", ".5", "-"]:
             assert recognizer.accepts(mutant) == lark_accepts(reference, mutant), mutant
+
+
+def test_left_linear_lark_lists_become_regexes_and_mixed_recursion_is_refused():
+    grammar = parse_grammar('start: list ";"\nlist: list "," item | item\nitem: /[a-z]+/ | "(" n ")"\n'
+                            'n: n "+" /[0-9]/ | /[0-9]/\n', "lark")
+    dfa = from_regex(to_regex(grammar))
+    assert dfa.accepts("a,(1+2+3),b;") and not dfa.accepts("a,;") and not dfa.accepts("(1+);")
+    with pytest.raises(UnsupportedGrammarError) as info:  # a head and a tail in one cycle
+        to_regex(parse_grammar('start: x\nx: x "a" | "b" x | "c"\n', "lark"))
+    assert (info.value.construct, info.value.rule, info.value.line) == ("recursion", "x", 2)
