@@ -28,6 +28,17 @@ GRAMMARS = {name: (asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8
             for name in REGULAR_EXAMPLES}
 GRAMMARS["call"] = (CALL, "lark")
 GRAMMARS["select"] = (SELECT, "lark")
+# Lark's left recursion (sum, product) and a tail (atom): regular without parentheses
+GRAMMARS["sums"] = (r"""
+?start: sum
+?sum: sum "+" product | sum "-" product | product
+?product: product "*" atom | product "/" atom | atom
+?atom: NUMBER | "-" atom | NAME
+NAME: /[a-z_][a-z_0-9]*/
+%import common.NUMBER
+%import common.WS_INLINE
+%ignore WS_INLINE
+""", "lark")
 #: recursive grammars compiled with a depth bound (opt-in): the strings nested at most that deep, exactly
 DEPTH = {"json": 6, "arithmetic": 4}
 GRAMMARS.update({f"{name} (depth {d})": (asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8"), "gbnf")
