@@ -118,14 +118,16 @@ def parse_lark(text: str, start: str = "start") -> Grammar:
 
 
 class _Parser:
-    def __init__(self, text: str, *, common: bool = False):
+    """A recursive-descent reader over the text's tokens (``toks``, ending with NL and END; ``k`` the cursor): one
+    definition or directive per line, a newline before ``|`` continuing it."""
+
+    def __init__(self, text: str):
         self.s = text
         self.line_starts = [0] + [k + 1 for k, c in enumerate(text) if c == "\n"]
         self.toks = self.tokens(text)
         self.k = 0
         self.rules: dict[str, Rule] = {}
         self.ignore: list[Expr] = []
-        self.common = common
 
     # ---- places and errors ---------------------------------------------------------------------------------
     def span(self, at: int) -> Span:
@@ -267,23 +269,18 @@ class _Parser:
             self.add_common(name, alias, common, directive.at)
 
     def add_common(self, name: str, alias: str, common: dict[str, Rule], at: int) -> None:
-        """The common terminal ``name`` as ``alias``, and the ones it uses under ``common.NAME``."""
-        body = _renamed(common[name].body)
+        """The common terminal ``name`` as ``alias``, and the ones it uses (transitively) as ``common.NAME``: a
+        grammar's own names never clash with them."""
         if alias in self.rules:
             self.fail("duplicate", f"{alias!r} is defined twice", at)
-        self.rules[alias] = Rule(alias, body, self.span(at), terminal=True)
-        for ref in references(common[name].body):
-            if f"common.{ref.name}" not in self.rules:
-                self.rules[f"common.{ref.name}"] = Rule(f"common.{ref.name}", _renamed(common[ref.name].body),
-                                                        self.span(at), terminal=True)
-                self.add_dependencies(ref.name, common, at)
-
-    def add_dependencies(self, name: str, common: dict[str, Rule], at: int) -> None:
-        for ref in references(common[name].body):
-            if f"common.{ref.name}" not in self.rules:
-                self.rules[f"common.{ref.name}"] = Rule(f"common.{ref.name}", _renamed(common[ref.name].body),
-                                                        self.span(at), terminal=True)
-                self.add_dependencies(ref.name, common, at)
+        self.rules[alias] = Rule(alias, _renamed(common[name].body), self.span(at), terminal=True)
+        pending = [ref.name for ref in references(common[name].body)]
+        while pending:
+            used = pending.pop()
+            if f"common.{used}" not in self.rules:
+                self.rules[f"common.{used}"] = Rule(f"common.{used}", _renamed(common[used].body), self.span(at),
+                                                    terminal=True)
+                pending += [ref.name for ref in references(common[used].body)]
 
     def check(self) -> None:
         for rule in self.rules.values():
@@ -439,7 +436,7 @@ _COMMON: dict[str, Rule] = {}
 def _common() -> dict[str, Rule]:
     """``COMMON``'s terminals, read once."""
     if not _COMMON:
-        parser = _Parser(COMMON, common=True)
+        parser = _Parser(COMMON)
         parser.definitions()
         _COMMON.update(parser.rules)
     return _COMMON
