@@ -12,6 +12,9 @@ Rules are written bottom-up over the reference graph's strongly connected compon
   line: its language may not be regular, and canonmerge's guides are automata (``max_depth`` cuts it at a depth,
   when asked).
 
+First, a rule's references to itself at the start or end of an alternative become repetitions (``X = X a | c`` is
+``c a*``), which also takes Lark's left-recursive lists out of the cycles that remain.
+
 Characters are written as themselves where the regex syntax allows, ``\\xHH`` for control characters, escaped
 where special; Lark's case-insensitive literals and regex flags become ``(?i:...)``/``(?s:...)`` groups. A regex
 longer than ``max_length`` (a DAG of rules written out as a tree can grow exponentially) raises
@@ -38,6 +41,7 @@ from automata.grammar.ir import (
     Ref,
     Regex,
     Repeat,
+    Rule,
     Sequence,
     UnsupportedGrammarError,
     references,
@@ -59,7 +63,7 @@ def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH, max_depth:
     nesting is not accepted; JSON's ``value -> object -> value`` counts two per level of braces). Opt-in: the
     language is then the grammar's cut at that depth, and the regex grows with the depth (exponentially where a rule
     refers to the cycle twice)."""
-    grammar = grammar.lowered()
+    grammar = _without_immediate_recursion(grammar.lowered())
     writer = _Writer(grammar, max_length)
     graph = nx.DiGraph()
     reachable = grammar.reachable()
@@ -263,6 +267,40 @@ class _Writer:
                 return None
             return (_union(linear[0], "") if expr.min == 0 else linear[0]), linear[1]
         return None
+
+
+def _without_immediate_recursion(grammar: Grammar) -> Grammar:
+    """The same language with each rule's references to itself at the start or end of an alternative written as
+    repetitions: ``X = X a | b X | c`` (``a``, ``b``, ``c`` alternatives without such references) is ``X = b* c a*``
+    — the textbook removal of immediate left recursion, and its mirror. Lark's ``sum: sum "+" product | product``
+    then no longer makes ``sum`` recursive at all, so a cycle through it (``atom: "(" sum ")"``) is cut at a depth by
+    its parentheses only, not by the length of the sum. A rule with no alternative free of such references, or one
+    that is both (``X = X a X``), is left as it is."""
+    rules = dict(grammar.rules)
+    for name, rule in grammar.rules.items():
+        options = rule.body.options if isinstance(rule.body, Choice) else (rule.body,)
+        heads, tails, rest = [], [], []
+        for option in options:
+            items = option.items if isinstance(option, Sequence) else (option,)
+            first, last = items[0] == Ref(name) if items else False, items[-1] == Ref(name) if items else False
+            if first and last:
+                if len(items) == 1:
+                    continue  # X -> X derives nothing new
+                break  # X -> X a X: not immediate recursion of one side
+            if first:
+                heads.append(Sequence(tuple(items[1:])))
+            elif last:
+                tails.append(Sequence(tuple(items[:-1])))
+            else:
+                rest.append(option)
+        else:
+            if (heads or tails) and rest:
+                def star(parts):
+                    return (Repeat(parts[0] if len(parts) == 1 else Choice(tuple(parts)), 0, None),) if parts else ()
+                middle = rest[0] if len(rest) == 1 else Choice(tuple(rest))
+                body = Sequence(star(tails) + (middle,) + star(heads))
+                rules[name] = Rule(name, body, rule.at, rule.terminal)
+    return Grammar(rules, grammar.start, grammar.ignore, grammar.syntax)
 
 
 @dataclass(frozen=True)

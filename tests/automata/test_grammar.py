@@ -543,6 +543,18 @@ def test_left_linear_lark_lists_become_regexes_and_mixed_recursion_is_refused():
                             'n: n "+" /[0-9]/ | /[0-9]/\n', "lark")
     dfa = from_regex(to_regex(grammar))
     assert dfa.accepts("a,(1+2+3),b;") and not dfa.accepts("a,;") and not dfa.accepts("(1+);")
-    with pytest.raises(UnsupportedGrammarError) as info:  # a head and a tail in one cycle
-        to_regex(parse_grammar('start: x\nx: x "a" | "b" x | "c"\n', "lark"))
+    # heads and tails of one rule: b* c a*, regular
+    dfa = from_regex(to_regex(parse_grammar('start: x\nx: x "a" | "b" x | "c"\n', "lark")))
+    assert dfa.accepts("bbcaaa") and dfa.accepts("c") and not dfa.accepts("ac")
+    with pytest.raises(UnsupportedGrammarError) as info:  # b^n c a^n: a head and a tail through two rules
+        to_regex(parse_grammar('start: x\nx: y "a" | "c"\ny: "b" x\n', "lark"))
     assert (info.value.construct, info.value.rule, info.value.line) == ("recursion", "x", 2)
+
+
+def test_left_recursive_sums_inside_a_nesting_cycle_cost_no_depth():
+    # sum: sum "+" product; atom: "(" sum ")": depth counts parentheses only (sum -> product -> atom -> sum: three
+    # references a level), not the length of a sum
+    grammar = parse_grammar(CALC, "lark")
+    dfa = from_regex(to_regex(grammar, max_depth=5))
+    assert dfa.accepts("1+2+3+4+5+6+7+8+9*x") and dfa.accepts("-(1+2+3)")
+    assert not dfa.accepts("((1))") and Recognizer(grammar).accepts("((1))")
