@@ -49,6 +49,9 @@ TOKENIZERS = ("gpt2", "smollm2", "llama3")
 #: every grammar on every tokenizer, but the depth-bounded ones on SmolLM2 (its automaton's classes add nothing new)
 CASES = [(name, tokenizer) for name in sorted(GRAMMARS) for tokenizer in TOKENIZERS
          if not ("(depth" in name and tokenizer == "smollm2")]
+# the sweep (-m slow): Mistral (SentencePiece-style, byte fallback) and Qwen3 (NFC) too
+CASES += [pytest.param(name, tokenizer, marks=pytest.mark.slow) for name in sorted(GRAMMARS)
+          for tokenizer in ("mistral", "qwen3")]
 
 
 def depth_of(name: str) -> int | None:
@@ -133,7 +136,8 @@ def test_grammar_strings_are_accepted_canonically_and_only_so(name, tokenizer):
                 # (outside the grammar, by the recogniser, which agrees with Lark: tests/automata; or past the depth)
                 outside += 1
                 assert not guide.accepts(runtime.encode(mutant, add_special_tokens=False).ids), mutant
-    assert others >= 3 and outside >= 3
+    # (Mistral spells each CJK character as its own token or bytes: japanese has no other split to refuse)
+    assert (others >= 3 or (name, tokenizer) == ("japanese", "mistral")) and outside >= 3
 
 
 @pytest.mark.parametrize("name, tokenizer", CASES)
