@@ -236,3 +236,39 @@ def test_a_depth_bound_is_opt_in_and_exact_at_its_edge():
     assert not guide.accepts(runtime.encode(four, add_special_tokens=False).ids)
     with pytest.raises(UnsupportedGrammarError):
         compile_grammar(json_gbnf, automaton_of("gpt2"))  # no bound asked: refused
+
+
+_LLG: dict = {}
+
+
+@pytest.mark.parametrize("name", ["c", "chess", "english", "japanese", "json", "json_arr", "list"])
+def test_llguidance_agrees_with_the_recognizer_on_llama_cpp_grammars(name):
+    """llguidance (a bench dependency: tested where installed) as a second reference for GBNF, on samples and their
+    mutants, whole texts through GPT-2's canonical tokens. Not arithmetic: llguidance's GBNF converter makes its
+    rules greedy lexemes (``ws`` swallows the newline ``root`` needs), so it rejects texts llama.cpp accepts."""
+    llguidance = pytest.importorskip("llguidance")
+    llguidance_hf = pytest.importorskip("llguidance.hf")  # (its tokenizer from an HF fast tokenizer)
+    from transformers import PreTrainedTokenizerFast  # (llguidance.hf takes a transformers tokenizer)
+
+    runtime = runtime_of("gpt2")
+    if "tokenizer" not in _LLG:
+        _LLG["tokenizer"] = llguidance_hf.from_tokenizer(
+            PreTrainedTokenizerFast(tokenizer_object=runtime, eos_token="<|endoftext|>"))
+    text = asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8")
+    grammar, recognizer = parse_grammar(text), Recognizer(parse_grammar(text))
+    compiled = llguidance.grammar_from("gbnf", text)
+
+    def llguidance_accepts(string: str) -> bool:
+        matcher = llguidance.LLMatcher(_LLG["tokenizer"], compiled, log_level=0)
+        return all(matcher.consume_token(t) for t in runtime.encode(string, add_special_tokens=False).ids) \
+            and matcher.is_accepting()
+
+    rng = random.Random(name)
+    checked = 0
+    for _ in range(12):
+        string = sample(grammar, rng, max_depth=5, max_repeat=3)
+        for candidate in [string, *mutants(string, rng)]:
+            if runtime.decode(runtime.encode(candidate, add_special_tokens=False).ids) == candidate:
+                checked += 1
+                assert recognizer.accepts(candidate) == llguidance_accepts(candidate), candidate
+    assert checked >= 30
