@@ -116,12 +116,14 @@ def _counted(atom: str, lo: int, hi: int) -> str:
 
 
 def _nonzero_digits(room: int) -> str | None:
-    """Digit strings of 1..room digits with a digit that is not 0 (a fraction's digits, trailing zeros allowed,
-    whose value is not 0): ``0{i}[1-9][0-9]{0,room-1-i}``."""
+    """Digit strings with a digit that is not 0 (a fraction's digits, trailing zeros allowed, whose value is not 0):
+    at most room - 1 zeros, a digit 1-9, at most room - 1 digits after it, ``0{0,room-1}[1-9][0-9]{0,room-1}``.
+    (At most ``room`` digits in all, ``0{i}[1-9][0-9]{0,room-1-i}`` for each i, is room times the regex: the
+    free-value leaves of a YAML object, which hold numbers many times over, passed the 120,000 positions a
+    fragment's character automaton may have.)"""
     if room <= 0:
         return None
-    alts = [_counted("0", i, i) + "[1-9]" + _counted("[0-9]", 0, room - 1 - i) for i in range(room)]
-    return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
+    return _counted("0", 0, room - 1) + "[1-9]" + _counted("[0-9]", 0, room - 1)
 
 
 def _fraction_spelled(lower: str, upper: str | None, room: int, nonzero_before: bool) -> str | None:
@@ -155,8 +157,8 @@ def _fraction_spelled(lower: str, upper: str | None, room: int, nonzero_before: 
 
 
 def _decimals_spelled(lo: Decimal | None, hi: Decimal | None) -> str | None:
-    """``_decimals`` with trailing zeros: texts ``n.T`` (n >= 0; T of at most ``MAX_FRACTION_DIGITS`` digits, not
-    all 0) whose value is in [lo, hi]; both bounds given (``number_regex`` caps the open ones)."""
+    """``_decimals`` with trailing zeros: texts ``n.T`` (n >= 0; T not all 0, as ``_nonzero_digits`` bounds it)
+    whose value is in [lo, hi]; both bounds given (``number_regex`` caps the open ones)."""
     a, f = _split(lo)
     b, g = _split(hi)
     if b < 0:
