@@ -156,19 +156,38 @@ def _fraction_spelled(lower: str, upper: str | None, room: int, nonzero_before: 
     return alts[0] if len(alts) == 1 else "(" + "|".join(alts) + ")"
 
 
-def _decimals_spelled(lo: Decimal | None, hi: Decimal | None) -> str | None:
-    """``_decimals`` with trailing zeros: texts ``n.T`` (n >= 0; T not all 0, as ``_nonzero_digits`` bounds it)
-    whose value is in [lo, hi]; both bounds given (``number_regex`` caps the open ones)."""
+def _without(a: int, b: int, holes) -> list[tuple[int, int]]:
+    """The integers of [a, b] outside the intervals ``holes`` ((x, y) pairs, empty where x > y), as ranges."""
+    ranges = [(a, b)] if a <= b else []
+    for x, y in holes:
+        if x > y:
+            continue
+        out = []
+        for p, q in ranges:
+            if y < p or x > q:
+                out.append((p, q))
+                continue
+            if p < x:
+                out.append((p, x - 1))
+            if y < q:
+                out.append((y + 1, q))
+        ranges = out
+    return ranges
+
+
+def _decimals_spelled(lo: Decimal, hi: Decimal, skip: tuple[int, int] = (1, 0)) -> str | None:
+    """``_decimals`` with trailing zeros: texts ``n.T`` (n >= 0 outside ``skip``; T not all 0, as
+    ``_nonzero_digits`` bounds it) whose value is in [lo, hi]; both bounds given (``number_regex`` caps the open
+    ones, and writes the n of ``skip`` itself)."""
     a, f = _split(lo)
     b, g = _split(hi)
     if b < 0:
         return None
     parts = []
-    every = _naturals(max(0, a + 1 if f else a), b - 1)
-    if every:
-        parts.append(every + r"\." + _nonzero_digits(MAX_FRACTION_DIGITS))
+    for p, q in _without(max(0, a + 1 if f else a), b - 1, [skip]):
+        parts.append(_naturals(p, q) + r"\." + _nonzero_digits(MAX_FRACTION_DIGITS))
     for n in sorted({a, b}):
-        if n < 0 or n < a or n > b:
+        if n < 0 or n < a or n > b or skip[0] <= n <= skip[1]:
             continue
         lower = f if n == a else ""
         upper = g if n == b else None
@@ -232,12 +251,21 @@ def number_regex(lo: Decimal | int | None = None, hi: Decimal | int | None = Non
     if spellings:  # the open sides capped (values, so exact beside the bounds); integral values may take ".0"
         lo_cap = Decimal(-_reach(hi, -1) - 1) if lo is None else lo  # (n.T with n below the cap: n.T < cap + 1)
         hi_cap = Decimal(_reach(lo, 1) + 1) if hi is None else hi
-        whole = integer_regex(-_reach(hi, -1) if lo_int is None else lo_int,
-                              _reach(lo, 1) if hi_int is None else hi_int)
-        if whole:
-            parts.append(whole + "(\\." + _counted("0", 1, MAX_FRACTION_DIGITS) + ")?")
-        positive = _decimals_spelled(lo_cap, hi_cap)
-        negative = _decimals_spelled(-hi_cap, -lo_cap)
+        lo_i = -_reach(hi, -1) if lo_int is None else lo_int
+        hi_i = _reach(lo, 1) if hi_int is None else hi_int
+        # n whose value and every n.T are admitted: all their spellings at once, n(.T)? (-0: a spelling of 0),
+        # so that the digits after the point need not tell fractions from zeros (a small automaton)
+        p0, p1 = max(0, lo_i), min(hi_i, math.floor(hi_cap) - 1)  # n.T < n + 1 <= hi
+        q0, q1 = max(0 if lo_i <= 0 <= hi_i else 1, -hi_i), min(-lo_i, math.floor(-lo_cap) - 1)  # -(n + 1) >= lo
+        any_point = "(\\." + _counted("[0-9]", 1, MAX_FRACTION_DIGITS) + ")?"
+        if p0 <= p1:
+            parts.append(_naturals(p0, p1) + any_point)
+        if q0 <= q1:
+            parts.append("-" + _naturals(q0, q1) + any_point)
+        for x, y in _without(lo_i, hi_i, [(p0, p1), (-q1, -max(q0, 1))]):  # the other integers: a point and zeros
+            parts.append(integer_regex(x, y) + "(\\." + _counted("0", 1, MAX_FRACTION_DIGITS) + ")?")
+        positive = _decimals_spelled(lo_cap, hi_cap, (p0, p1))  # the other n.T
+        negative = _decimals_spelled(-hi_cap, -lo_cap, (q0, q1))
     else:
         whole = integer_regex(lo_int, hi_int)
         if whole:

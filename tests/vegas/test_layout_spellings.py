@@ -75,8 +75,9 @@ def test_set_operations_read_values_not_texts(style):
     """``not``/``oneOf``/``enum`` are decided on values; the extra spellings come after: ``1.0`` goes wherever 1
     goes and nowhere else."""
     cases = [
-        ({"type": "number"}, ["1.0", "2.50", "1.50e-05", "1e-5", "-3.000", "0.0"], ["1.", "01.0", "-0.0", "1e5"]),
+        ({"type": "number"}, ["1.0", "2.50", "1.50e-05", "1e-5", "-3.000", "0.0", "-0.0"], ["1.", "01.0", "+1", "1e5"]),
         ({"type": "number", "not": {"const": 1}}, ["2.0", "1.5", "0.50"], ["1", "1.0", "1.00"]),
+        ({"type": "number", "not": {"const": 0}}, ["-0.5", "0.5", "-1.0"], ["0", "-0", "0.0", "-0.00"]),
         ({"type": "number", "not": {"enum": [1, 2.5]}}, ["2.0", "2.25", "2.0"], ["1.0", "2.5", "2.50", "2.500"]),
         # the integer-valued number excluded by oneOf: branch 1 is 1, branch 0 every number, so exactly one
         # branch holds for the numbers but 1
