@@ -50,7 +50,8 @@ def compile_regex(pattern: str, canonical: CanonicalAutomaton, *, canonical_only
         if counted is not None:
             return counted
         dfa = from_regex(pattern, max_states=max_states)
-        transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions)
+        transitions = TokenTransitions.build(dfa, vocabulary_trie(canonical), max_entries=max_transitions,
+                                             compact=True)
         return Guide(transitions, canonical, canonical_only=canonical_only, max_states=max_states,
                      cache_size=cache_size, name=name, eos_token_ids=eos_token_ids)
 

@@ -271,7 +271,7 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
         ends, exit_live = _exit_tables(exit_of, exit_sets, (dfa.transitions != MISSING).any(axis=1), dead_exits,
                                        num_contexts)
         checkpoint()
-        transitions = TokenTransitions.build(dfa, trie, max_entries=max_transitions)
+        transitions = TokenTransitions.build(dfa, trie, max_entries=max_transitions, compact=True)
         transitions = dataclasses.replace(transitions, accepting=ends)
         guide = Guide(transitions, canonical, exit_live=exit_live, **options)
     return Fragment(regex, entry_context, guide, exit_of[guide._node_q], exit_sets, time.perf_counter() - start)

@@ -34,7 +34,7 @@ from numba import njit
 
 from automata.dfa import group_by
 
-__all__ = ["NodeTable", "group_row", "context_edges", "pending_edges", "pending_links", "distinct_targets",
+__all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links", "distinct_targets",
            "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead",
            "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
@@ -140,6 +140,34 @@ def group_row(tokens, targets, signature, num_signatures):
 
 
 @njit(**_KERNEL)
+def join_groups(segments, token_bounds, group_bounds, tokens, sizes, target, signature):
+    """``group_row``'s output for a row made of ``segments`` (-1: none), each already grouped: segment k's grouped
+    tokens ``tokens[token_bounds[k]:token_bounds[k + 1]]``, its groups' sizes, targets and signatures at
+    ``group_bounds[k]:group_bounds[k + 1]``; the row's groups are theirs one after another."""
+    num_tokens = num_groups = 0
+    for k in segments:
+        if k >= 0:
+            num_tokens += token_bounds[k + 1] - token_bounds[k]
+            num_groups += group_bounds[k + 1] - group_bounds[k]
+    out_tokens = np.empty(num_tokens, dtype=np.int32)
+    bounds = np.zeros(num_groups + 1, dtype=np.int64)
+    out_target = np.empty(num_groups, dtype=np.int64)
+    out_signature = np.empty(num_groups, dtype=np.int64)
+    t = g = 0
+    for k in segments:
+        if k < 0:
+            continue
+        for i in range(token_bounds[k], token_bounds[k + 1]):
+            out_tokens[t] = tokens[i]
+            t += 1
+        for j in range(group_bounds[k], group_bounds[k + 1]):
+            bounds[g + 1] = bounds[g] + sizes[j]
+            out_target[g], out_signature[g] = target[j], signature[j]
+            g += 1
+    return out_tokens, bounds, out_target, out_signature
+
+
+@njit(**_KERNEL)
 def context_edges(group_target, group_signature, group_bounds, inside_of_signature, boundary_of_signature,
                   num_contexts):
     """The edges of a node (q, ctx) with no unfinished character, by token group of q's row (the tokens of group
@@ -167,11 +195,13 @@ def context_edges(group_target, group_signature, group_bounds, inside_of_signatu
 
 @njit(**_KERNEL)
 def pending_edges(states, rows, pending_offsets, pending_tokens, pending_next, row_offsets, row_tokens, row_targets,
-                  num_contexts):
+                  common_target, common_row, common_words, num_contexts):
     """The edges of pending nodes (node i: regex state ``states[i]``, pending row ``rows[i]`` of the canonical
     automaton): the row's completing tokens that the regex state also reads, each with the key of the node it
-    reaches (target state, context after the token). Both lists are sorted by token, so each search starts where
-    the last one ended. Returns the edge count of each node, the tokens and the keys."""
+    reaches (target state, context after the token). A token in the state's common set (compact transitions:
+    ``common_row[q] >= 0``) reaches ``common_target[q]``; the others are searched in the listed row. Both lists are
+    sorted by token, so each search starts where the last one ended. Returns the edge count of each node, the
+    tokens and the keys."""
     total = 0
     for i in range(len(states)):
         total += pending_offsets[rows[i] + 1] - pending_offsets[rows[i]]
@@ -181,8 +211,15 @@ def pending_edges(states, rows, pending_offsets, pending_tokens, pending_next, r
     k = 0
     for i in range(len(states)):
         lo, hi = row_offsets[states[i]], row_offsets[states[i] + 1]
+        common = common_row[states[i]]
         for e in range(pending_offsets[rows[i]], pending_offsets[rows[i] + 1]):
             t = pending_tokens[e]
+            if common >= 0 and (common_words[common, t >> 5] >> np.uint32(t & 31)) & 1:
+                tokens[k] = t
+                keys[k] = np.int64(common_target[states[i]]) * num_contexts + pending_next[e]
+                counts[i] += 1
+                k += 1
+                continue
             b = hi
             while lo < b:  # lo becomes the state's first token >= t
                 mid = (lo + b) >> 1

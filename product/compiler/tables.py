@@ -45,6 +45,7 @@ and choosing how a regex is compiled (``product.compile``).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import weakref
@@ -77,6 +78,7 @@ from product.compiler.node_kernels import (
     distinct_targets,
     entering_keys,
     group_row,
+    join_groups,
     live_inside,
     mark_dead,
     pending_edges,
@@ -84,7 +86,7 @@ from product.compiler.node_kernels import (
     split_rows,
     stale_predecessors,
 )
-from product.compiler.token_regex import TokenTransitions, VocabularyTrie
+from product.compiler.token_regex import Segments, TokenTransitions, VocabularyTrie
 
 __all__ = ["CompiledGuide", "InvalidTokenError", "Seeds", "guide_eos", "per_automaton", "vocabulary_trie"]
 
@@ -170,8 +172,6 @@ class CompiledGuide:
                  start_context: int = 0, exit_live: np.ndarray | None = None, _seeds: "Seeds | None" = None):
         if not 0 <= start_context < canonical.num_open_contexts or (start_context and not canonical_only):
             raise ValueError(f"start_context {start_context} is not an open context of the automaton")
-        if transitions.is_compact:
-            raise ValueError("a guide compiles from listed token transitions (TokenTransitions.build's)")
         self._start_context = start_context  # node 0 is (start, start_context): a fragment entered mid-text
         # exits of a fragment (``product.stitched``): ``exit_live[q, ctx]`` makes node (q, ctx) final where the
         # text goes on in another fragment that is live from context ctx, whether or not the text could end there
@@ -208,6 +208,8 @@ class CompiledGuide:
             # as compiled): token transitions compact, equal pending rows stored once. Over the 499 fragments of 48
             # MaskBench schemas on Llama-3, 3,902 -> 168 MB and 413 -> 109 MB (docs/optimizations.md).
             self._transitions = transitions.compact(self.vocab_size)
+            if self._transitions.segments is not None:  # (only compiling reads them)
+                self._transitions = dataclasses.replace(self._transitions, segments=None)
             self._pending_row_tokens, self._pending_row_bounds, shared = _share_equal_rows(
                 self._pending_row_tokens, self._pending_row_bounds)
             self._pending_index[self._pending_nodes] = shared
@@ -403,6 +405,9 @@ class CompiledGuide:
 
         signature, inside_of_signature, boundary_of_signature = _token_signatures(A)
         row_groups: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}  # per regex state
+        if R.segments is not None:  # rows kept as segments: each segment grouped once, a row's groups theirs
+            segment_groups = _SegmentGroups(R.segments, signature, inside_of_signature.shape[1])
+        common = R.common_arrays(self.num_words)  # (listed transitions: no common sets)
         self._open_edges: dict[int, _OpenEdges] = {}
         self._successors: dict[int, np.ndarray] = {}  # distinct target nodes of each open node
         layers = []  # per layer of pending nodes: (nodes, edges per node, tokens, inside targets)
@@ -418,7 +423,8 @@ class CompiledGuide:
             for n, q, ctx in zip(frontier[is_open].tolist(), qs[is_open].tolist(), ctxs[is_open].tolist()):
                 checkpoint()  # (the compile's budget: automata.budget; a clock read per node)
                 if q not in row_groups:
-                    row_groups[q] = group_row(*R.row(q), signature, inside_of_signature.shape[1])
+                    row_groups[q] = (group_row(*R.row(q), signature, inside_of_signature.shape[1])
+                                     if R.segments is None else segment_groups.row(q))
                 group_tokens, group_bounds, group_target, group_signature = row_groups[q]
                 groups, inside, boundary, num_tokens = context_edges(
                     group_target, group_signature, group_bounds, inside_of_signature[ctx], boundary_of_signature[ctx],
@@ -430,7 +436,7 @@ class CompiledGuide:
             if not is_open.all():  # completing tokens of the unfinished character that the regex also reads
                 counts, tokens, keys = pending_edges(qs[~is_open], ctxs[~is_open] - num_open, A.pending_offsets,
                                                      A.pending_tokens, A.pending_next, R.offsets, R.tokens, R.targets,
-                                                     num_ctx)
+                                                     *common, num_ctx)
                 layers.append((frontier[~is_open], counts, tokens, node_ids(keys)))
         checkpoint()
         N = len(table)
@@ -693,6 +699,31 @@ _NO_CLASSES = np.zeros(0, dtype=np.int64)
 
 def _forbidden_index(automaton: CanonicalAutomaton) -> ForbiddenSets:
     return per_automaton(automaton, "forbidden", lambda: ForbiddenSets(automaton))
+
+
+class _SegmentGroups:
+    """A regex state's row grouped by (target, signature) from its segments (``TokenTransitions.segments``): each
+    segment grouped once (``group_row``), a row's groups those of its segments one after another (``join_groups``).
+    Groups of two segments may share a (target, signature): a node's edges are then a few more groups, moved
+    alike."""
+
+    def __init__(self, segments: Segments, signature: np.ndarray, num_signatures: int):
+        self.segment_of = segments.segment_of
+        parts = [group_row(segments.tokens[lo:hi], segments.targets[lo:hi], signature, num_signatures)
+                 for lo, hi in zip(segments.offsets[:-1].tolist(), segments.offsets[1:].tolist())]
+        if not parts:
+            parts = [group_row(segments.tokens[:0], segments.targets[:0], signature, num_signatures)]
+        self.token_bounds = row_bounds(np.array([len(p[0]) for p in parts], dtype=np.int64))
+        self.group_bounds = row_bounds(np.array([len(p[2]) for p in parts], dtype=np.int64))
+        self.tokens = np.concatenate([p[0] for p in parts])
+        self.sizes = np.concatenate([np.diff(p[1]) for p in parts]).astype(np.int64)
+        self.target = np.concatenate([p[2] for p in parts]).astype(np.int64)
+        self.signature = np.concatenate([p[3] for p in parts]).astype(np.int64)
+
+    def row(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``group_row``'s output for state ``q``: grouped tokens, group bounds, each group's target and signature."""
+        return join_groups(self.segment_of[q], self.token_bounds, self.group_bounds, self.tokens, self.sizes,
+                           self.target, self.signature)
 
 
 def _token_signatures(automaton: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ from automata.budget import checkpoint
 from automata.dfa import DFA, find_sorted, row_bounds, unique_rows
 from automata.errors import StateLimitError
 
-__all__ = ["VocabularyTrie", "TokenTransitions"]
+__all__ = ["VocabularyTrie", "TokenTransitions", "Segments"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -141,6 +141,9 @@ class TokenTransitions:
     common_target: np.ndarray | None = None  # int32 [states]
     common_row: np.ndarray | None = None  # int32 [states], -1: none
     common_words: np.ndarray | None = None  # uint32 [distinct sets, vocabulary words]
+    # Built by segments (``build(..., compact=True)``): the rows as the segments they were copied from, kept while
+    # a guide compiles (it groups each segment's tokens once, not each row's) and dropped from what it keeps.
+    segments: "Segments | None" = None
 
     @property
     def num_states(self) -> int:
@@ -186,12 +189,9 @@ class TokenTransitions:
         num_words = (vocab_size + 31) // 32
         offsets, tokens, targets, common_target, row_of, words = _split_common(
             self.offsets, self.tokens, self.targets, max(self.num_states, 1), num_words, num_words)
-        distinct: dict[bytes, int] = {}
-        index = np.array([distinct.setdefault(w.tobytes(), len(distinct)) for w in words], dtype=np.int32)
-        first = np.unique(index, return_index=True)[1]  # each distinct set's first row (sets numbered in order)
-        common_row = np.where(row_of >= 0, index[np.maximum(row_of, 0)] if len(index) else -1, -1).astype(np.int32)
+        common_row, words = _distinct_sets(row_of, words)
         return TokenTransitions(offsets, tokens, targets, self.accepting, self.start, common_target, common_row,
-                                np.ascontiguousarray(words[first]))
+                                words)
 
     def __getstate__(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if k != "_scalar"}  # memoryviews do not pickle; rebuilt on use
@@ -212,8 +212,11 @@ class TokenTransitions:
         return targets[i] if i >= 0 else -1
 
     @staticmethod
-    def build(dfa: DFA, trie: VocabularyTrie, *, max_entries: int = 50_000_000) -> "TokenTransitions":
-        """Walk the trie from every state of ``dfa`` at once (``dfa`` must be over the byte alphabet)."""
+    def build(dfa: DFA, trie: VocabularyTrie, *, max_entries: int = 50_000_000,
+              compact: bool = False) -> "TokenTransitions":
+        """Walk the trie from every state of ``dfa`` at once (``dfa`` must be over the byte alphabet). ``compact``:
+        where the rows are built by segments, compact ones straight from the segments, which are kept beside them
+        (``segments``) for the guide that compiles from them; listed otherwise."""
         if dfa.alphabet.kind != "bytes":
             raise ValueError("token transitions need a DFA over UTF-8 bytes")
         if dfa.num_states * trie.vocab_size >= 1 << 62:  # (token, target) packs into one int64 (_sort_row)
@@ -243,7 +246,7 @@ class TokenTransitions:
         children = np.flatnonzero(trie.node_depth == 1)
         if num_states * len(children) <= _MAX_SEGMENT_TABLE:
             built = TokenTransitions._from_segments(dfa, table, trie, children, members, member_bounds, trie_vocab,
-                                                    max_entries)
+                                                    max_entries, compact)
             if built is not None:
                 return built
         walk = (table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo,
@@ -272,7 +275,8 @@ class TokenTransitions:
 
     @staticmethod
     def _from_segments(dfa: DFA, table: np.ndarray, trie: VocabularyTrie, children: np.ndarray, members: np.ndarray,
-                       member_bounds: np.ndarray, vocab_size: int, max_entries: int) -> "TokenTransitions":
+                       member_bounds: np.ndarray, vocab_size: int, max_entries: int,
+                       compact: bool = False) -> "TokenTransitions":
         """``build`` by segments: (first-symbol subtree, state after that symbol) pairs, each walked once; None
         when fewer than half the pairs repeat (then the per-state walk is faster)."""
         num_states = len(table)
@@ -297,6 +301,17 @@ class TokenTransitions:
         if offsets[-1] > max_entries:
             raise StateLimitError(f"more than max_transitions={max_entries} token transitions "
                                   f"({num_states} regex states)")
+        if compact:
+            # A free key's states (the declared names' trie) share most segments with the free string's: copying each
+            # row out, sorting it, then splitting off its common target cost 70 % of such a fragment's compile.
+            num_words = (vocab_size + 31) // 32
+            offsets, tokens, targets, common_target, row_of, words = _compact_from_segments(
+                segment_of, segment_offsets, segment_tokens, segment_targets, num_states, vocab_size, num_words,
+                num_words)
+            common_row, words = _distinct_sets(row_of, words)
+            return TokenTransitions(offsets, tokens, targets, dfa.accepting.copy(), int(dfa.start), common_target,
+                                    common_row, words,
+                                    Segments(segment_of, segment_offsets, segment_tokens, segment_targets))
         tokens, targets = _rows_from_segments(segment_of, segment_offsets, segment_tokens, segment_targets, offsets,
                                               vocab_size, num_states)
         return TokenTransitions(offsets, tokens, targets, dfa.accepting.copy(), int(dfa.start))
@@ -373,6 +388,95 @@ def _rows_from_segments(segment_of, segment_offsets, segment_tokens, segment_tar
             count += hi - lo
         _sort_row(tokens, targets, offsets[q], count, seen, target_of, num_states)
     return tokens, targets
+
+
+@dataclass(frozen=True, eq=False)
+class Segments:
+    """Rows as segments: row q is the segments ``segment_of[q, c]`` (-1: none; c a first symbol of the trie), each
+    segment k the entries ``tokens[offsets[k]:offsets[k + 1]]`` (with ``targets``), in trie order. A segment serves
+    every state whose first symbol c leads to the same state."""
+
+    segment_of: np.ndarray
+    offsets: np.ndarray
+    tokens: np.ndarray
+    targets: np.ndarray
+
+
+def _distinct_sets(row_of: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The common sets stored once each: per state the index of its set among the distinct ones (-1: none), and
+    those sets, numbered in order of first use."""
+    distinct: dict[bytes, int] = {}
+    index = np.array([distinct.setdefault(w.tobytes(), len(distinct)) for w in words], dtype=np.int32)
+    first = np.unique(index, return_index=True)[1]  # each distinct set's first row (sets numbered in order)
+    common_row = np.where(row_of >= 0, index[np.maximum(row_of, 0)] if len(index) else -1, -1).astype(np.int32)
+    return common_row, np.ascontiguousarray(words[first])
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _compact_from_segments(segment_of, segment_offsets, segment_tokens, segment_targets, num_states, vocab_size,
+                           num_words, min_count):
+    """``_rows_from_segments`` then ``_split_common`` without writing the rows out: per state its most common
+    target over its segments (kept as a set of bits where it takes ``min_count`` entries), the other entries listed
+    and sorted by token. Returns what ``_split_common`` returns."""
+    S, C = segment_of.shape
+    counts = np.zeros(num_states, np.int64)
+    common = np.full(S, -1, np.int32)
+    listed, sets = 0, 0
+    for q in range(S):
+        best, best_count, total = -1, 0, 0
+        for c in range(C):
+            k = segment_of[q, c]
+            if k < 0:
+                continue
+            total += segment_offsets[k + 1] - segment_offsets[k]
+        if total >= min_count:
+            for c in range(C):
+                k = segment_of[q, c]
+                if k < 0:
+                    continue
+                for i in range(segment_offsets[k], segment_offsets[k + 1]):
+                    t = segment_targets[i]
+                    counts[t] += 1
+                    if counts[t] > best_count:
+                        best, best_count = t, counts[t]
+            for c in range(C):
+                k = segment_of[q, c]
+                if k < 0:
+                    continue
+                for i in range(segment_offsets[k], segment_offsets[k + 1]):
+                    counts[segment_targets[i]] = 0
+        if best_count >= min_count:
+            common[q] = best
+            sets += 1
+            listed += total - best_count
+        else:
+            listed += total
+    words = np.zeros((sets, num_words), np.uint32)
+    row_of = np.full(S, -1, np.int32)
+    offsets = np.zeros(S + 1, np.int64)
+    tokens, targets = np.empty(listed, np.int32), np.empty(listed, np.int32)
+    seen = np.zeros(num_words, dtype=np.uint32)  # _sort_row's scratch
+    target_of = np.empty(vocab_size, dtype=np.int32)
+    n, r = 0, 0
+    for q in range(S):
+        best = common[q]
+        for c in range(C):
+            k = segment_of[q, c]
+            if k < 0:
+                continue
+            for i in range(segment_offsets[k], segment_offsets[k + 1]):
+                t = segment_tokens[i]
+                if best >= 0 and segment_targets[i] == best:
+                    words[r, t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                else:
+                    tokens[n], targets[n] = t, segment_targets[i]
+                    n += 1
+        _sort_row(tokens, targets, offsets[q], n, seen, target_of, num_states)
+        if best >= 0:
+            row_of[q] = r
+            r += 1
+        offsets[q + 1] = n
+    return offsets, tokens, targets, common, row_of, words
 
 
 _FIRST_CAPACITY_ROWS = 4  # token transitions first try arrays for this many vocabulary-wide rows

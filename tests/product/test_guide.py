@@ -538,6 +538,42 @@ def test_token_transitions_are_the_dfa_run_over_each_tokens_bytes(name):
     assert kept.is_compact and kept.nbytes < listed.nbytes / 10
 
 
+@pytest.mark.parametrize("name", ["gpt2", "llama3"])
+def test_transitions_made_compact_from_their_segments_are_the_listed_ones(name):
+    """A free key (any key but the declared names: a trie of states that share most segments with the free string)
+    is built by segments; compact straight from them (``build(..., compact=True)``), every row is the listed
+    build's, and the guide compiled from them (grouping each segment once) has the listed guide's nodes and
+    masks along random walks."""
+    import random
+
+    from product.compiler import token_regex
+    from product.compiler.tables import vocabulary_trie
+    from vegas.schema import _string_except  # (a test reaches up: the regex of a free key, as vegas writes it)
+
+    automaton = automaton_of(name)
+    names = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "kappa", "lambda"]
+    regex = "(" + "|".join(f'"{n}": x' for n in names) + '|"' + _string_except(names, "json") + '": [0-9]+)'
+    dfa, trie = from_regex(regex), vocabulary_trie(automaton)
+    listed = token_regex.TokenTransitions.build(dfa, trie)
+    compact = token_regex.TokenTransitions.build(dfa, trie, compact=True)
+    assert compact.is_compact and compact.segments is not None and not listed.is_compact
+    for q in range(dfa.num_states):
+        for kept, full in zip(compact.row(q), listed.row(q)):
+            assert np.array_equal(kept, full), q
+    a, b = Guide(listed, automaton, name="listed"), Guide(compact, automaton, name="compact")
+    assert a.num_nodes == b.num_nodes and b._transitions.segments is None  # (dropped once compiled)
+    for seed in range(4):
+        rng, x, y = random.Random(seed), a.initial_state, b.initial_state
+        for _ in range(40):
+            mask = a.allowed(x)
+            assert np.array_equal(mask, b.allowed(y))
+            choices = [t for t in np.flatnonzero(mask).tolist() if t not in a.eos_token_ids]
+            if not choices:
+                break
+            t = rng.choice(choices)
+            x, y = a.advance(x, t), b.advance(y, t)
+
+
 def test_bad_input_gets_typed_errors():
     ca = automaton_of("gpt2")
     with pytest.raises(RegexError):
