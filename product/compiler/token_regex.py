@@ -419,7 +419,23 @@ def _compact_from_segments(segment_of, segment_offsets, segment_tokens, segment_
     target over its segments (kept as a set of bits where it takes ``min_count`` entries), the other entries listed
     and sorted by token. Returns what ``_split_common`` returns."""
     S, C = segment_of.shape
+    K = len(segment_offsets) - 1
     counts = np.zeros(num_states, np.int64)
+    # per segment, its distinct targets with their counts (a few each): a row's counts are its segments' sums
+    summary_offsets = np.zeros(K + 1, np.int64)
+    summary_targets = np.empty(len(segment_targets), np.int32)
+    summary_counts = np.empty(len(segment_targets), np.int64)
+    m = 0
+    for k in range(K):
+        for i in range(segment_offsets[k], segment_offsets[k + 1]):
+            counts[segment_targets[i]] += 1
+        for i in range(segment_offsets[k], segment_offsets[k + 1]):
+            t = segment_targets[i]
+            if counts[t] > 0:
+                summary_targets[m], summary_counts[m] = t, counts[t]
+                counts[t] = 0
+                m += 1
+        summary_offsets[k + 1] = m
     common = np.full(S, -1, np.int32)
     listed, sets = 0, 0
     for q in range(S):
@@ -434,17 +450,17 @@ def _compact_from_segments(segment_of, segment_offsets, segment_tokens, segment_
                 k = segment_of[q, c]
                 if k < 0:
                     continue
-                for i in range(segment_offsets[k], segment_offsets[k + 1]):
-                    t = segment_targets[i]
-                    counts[t] += 1
+                for j in range(summary_offsets[k], summary_offsets[k + 1]):
+                    t = summary_targets[j]
+                    counts[t] += summary_counts[j]
                     if counts[t] > best_count:
                         best, best_count = t, counts[t]
             for c in range(C):
                 k = segment_of[q, c]
                 if k < 0:
                     continue
-                for i in range(segment_offsets[k], segment_offsets[k + 1]):
-                    counts[segment_targets[i]] = 0
+                for j in range(summary_offsets[k], summary_offsets[k + 1]):
+                    counts[summary_targets[j]] = 0
         if best_count >= min_count:
             common[q] = best
             sets += 1
