@@ -133,9 +133,17 @@ def bfcl_reference(entry: dict, category: str):
         arguments = {}
         for param, possible in params.items():
             if possible and possible[0] != "":
-                arguments[param] = possible[0]
+                arguments[param] = _first(possible[0])
         calls.append({"name": name, "arguments": arguments})
     return calls if category == "parallel" else calls[0]
+
+
+def _first(value):
+    """A possible value with the possibilities nested in it (a dict parameter's keys) taken first too."""
+    if isinstance(value, dict):
+        return {k: _first(v[0]) if isinstance(v, list) else v for k, v in value.items()
+                if not (isinstance(v, list) and (not v or v[0] == ""))}
+    return value
 
 
 # ---- GSM-Symbolic ------------------------------------------------------------------------------------------

@@ -480,6 +480,24 @@ def table(summary: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def headline(rows: list[dict]) -> str:
+    """Per engine, over every BFCL question run: the README's table."""
+    lines = ["| engine | BFCL accuracy | schema-valid | canonical outputs | cut by limit | forward passes / call | "
+             "wall s / call | compile p50 |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for engine in ENGINES:
+        mine = [r for r in rows if r["engine"] == engine and r["task"] != "gsm"]
+        ran = [r for r in mine if "error" not in r]
+        if not mine:
+            continue
+        n = len(mine)
+        compile_ms = 1000 * float(np.median([r["compile_s"] for r in mine if "compile_s" in r]))
+        lines.append(f"| {engine} | {sum(r['correct'] for r in ran)}/{n} | {sum(r['schema_valid'] for r in ran)}/{n} | "
+                     f"{sum(r['canonical'] for r in ran)}/{len(ran)} | {sum(not r['finished'] for r in ran)} | "
+                     f"{np.mean([r['passes'] for r in ran]):.1f} | {np.mean([r['wall_s'] for r in mine]):.1f} | "
+                     f"{'–' if engine == 'unconstrained' else f'{compile_ms:.1f} ms'} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", default=",".join(TASKS))
@@ -490,7 +508,10 @@ def main() -> None:
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved results and exit")
     args = parser.parse_args()
     if args.table:
-        print(table([s for path in args.table for s in json.loads(path.read_text())["summary"]]))
+        results = [json.loads(path.read_text()) for path in args.table]
+        print(table([s for r in results for s in r["summary"]]))
+        print()
+        print(headline([row for r in results for row in r["rows"]]))
         return
     tasks, engines = args.tasks.split(","), args.engines.split(",")
     for name in tasks:
