@@ -82,7 +82,9 @@ def test_cancelling_from_another_thread_stops_a_running_compile(gpt2):
     thread.join(timeout=30)
     stopped_after = time.monotonic() - cancelled_at
     assert isinstance(outcome["error"], CompileCancelledError), outcome
-    assert stopped_after < 0.5, stopped_after  # measured: 3-50 ms, up to ~0.25 s at a long compiled step
+    # measured: 3-50 ms, up to ~0.25 s at a long compiled step on a quiet machine, 0.7 s with the 2-core CI machine
+    # loaded 3x by other work
+    assert stopped_after < 1.0, stopped_after
     # a cancelled budget stays cancelled: a compile started under it stops at once
     error, elapsed = _timed(lambda: compile_regex("[a-z]+", gpt2, budget=budget))
     assert isinstance(error, CompileCancelledError) and elapsed < 0.05
