@@ -233,6 +233,7 @@ def worker_runner(engine, mode: dict, signal):
     canonmerge = hasattr(engine, "library_dir")
     counter = itertools.count()
     if canonmerge:
+        from product.library import FragmentStore
         from product.stitched import fragment_library
 
         root = Path(os.environ["CANONMERGE_CACHE_DIR"])
@@ -249,7 +250,9 @@ def worker_runner(engine, mode: dict, signal):
         library = None
         if canonmerge:
             library = root / f"fragments-{os.getpid()}-{next(counter)}"
-            shutil.copytree(master, library, copy_function=os.link)  # (files are replaced, never written in place)
+            FragmentStore(master).flush()  # (fragments are written behind the compiles: all of them on disk first)
+            shutil.copytree(master, library, copy_function=os.link,  # (files are replaced, never written in place)
+                            ignore=shutil.ignore_patterns("*.part"))
             if mode.get("library_memory") == "empty":  # a fresh process on the warm library: all from disk
                 memory.clear()
             else:

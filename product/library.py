@@ -336,7 +336,11 @@ class FragmentStore:
                 self._written.notify_all()
 
     def flush(self) -> None:
-        """Wait until every fragment ``keep`` handed to the writer is written (or failed: ``write_errors``)."""
+        """Wait until every fragment handed to the process's writer (by this store or any other) is written (or
+        failed: ``write_errors``): the library's files are then complete, to copy or list."""
+        writer = _WRITER
+        if writer is not None and not threading.current_thread().name.startswith("canonmerge-library"):
+            writer.submit(lambda: None).result()  # (one thread, in order: everything queued before is done)
         with self._written:
             self._written.wait_for(lambda: not self._pending)
 
