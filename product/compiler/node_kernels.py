@@ -34,8 +34,8 @@ from numba import njit
 
 from automata.dfa import group_by
 
-__all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links", "distinct_targets",
-           "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead",
+__all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links",
+           "distinct_targets", "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead",
            "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)

@@ -187,8 +187,10 @@ class TokenTransitions:
         if self.is_compact:
             return self
         num_words = (vocab_size + 31) // 32
+        one_segment_a_row = np.arange(self.num_states, dtype=np.int64)[:, None]
         offsets, tokens, targets, common_target, row_of, words = _split_common(
-            self.offsets, self.tokens, self.targets, max(self.num_states, 1), num_words, num_words)
+            one_segment_a_row, self.offsets, self.tokens, self.targets, max(self.num_states, 1), vocab_size,
+            num_words, num_words, True)
         common_row, words = _distinct_sets(row_of, words)
         return TokenTransitions(offsets, tokens, targets, self.accepting, self.start, common_target, common_row,
                                 words)
@@ -305,9 +307,9 @@ class TokenTransitions:
             # A free key's states (the declared names' trie) share most segments with the free string's: copying each
             # row out, sorting it, then splitting off its common target cost 70 % of such a fragment's compile.
             num_words = (vocab_size + 31) // 32
-            offsets, tokens, targets, common_target, row_of, words = _compact_from_segments(
+            offsets, tokens, targets, common_target, row_of, words = _split_common(
                 segment_of, segment_offsets, segment_tokens, segment_targets, num_states, vocab_size, num_words,
-                num_words)
+                num_words, False)
             common_row, words = _distinct_sets(row_of, words)
             return TokenTransitions(offsets, tokens, targets, dfa.accepting.copy(), int(dfa.start), common_target,
                                     common_row, words,
@@ -413,20 +415,32 @@ def _distinct_sets(row_of: np.ndarray, words: np.ndarray) -> tuple[np.ndarray, n
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _compact_from_segments(segment_of, segment_offsets, segment_tokens, segment_targets, num_states, vocab_size,
-                           num_words, min_count):
-    """``_rows_from_segments`` then ``_split_common`` without writing the rows out: per state its most common
-    target over its segments (kept as a set of bits where it takes ``min_count`` entries), the other entries listed
-    and sorted by token. Returns what ``_split_common`` returns."""
+def _split_common(segment_of, segment_offsets, segment_tokens, segment_targets, num_states, vocab_size, num_words,
+                  min_count, rows_sorted):
+    """``TokenTransitions.compact``'s pass, over rows given as segments (row q: the segments ``segment_of[q, c]``,
+    -1: none; a listed row is one segment): per row its most common target, where it takes ``min_count`` entries
+    (-1: none) — those entries become bits of the row's set (``words[row_of[q]]``), the rest stay listed, sorted by
+    token (as they come where ``rows_sorted``). Returns (offsets, tokens, targets) of the listed entries, the common
+    targets, ``row_of`` and the sets. A row's counts are the sums of its segments' per-target counts, taken once
+    per segment: rows that share segments (a free key's trie states) are not counted entry by entry again."""
     S, C = segment_of.shape
     K = len(segment_offsets) - 1
     counts = np.zeros(num_states, np.int64)
-    # per segment, its distinct targets with their counts (a few each): a row's counts are its segments' sums
+    # per segment, its distinct targets with their counts (a few each); sized by a first pass
     summary_offsets = np.zeros(K + 1, np.int64)
-    summary_targets = np.empty(len(segment_targets), np.int32)
-    summary_counts = np.empty(len(segment_targets), np.int64)
-    m = 0
     for k in range(K):
+        distinct = 0
+        for i in range(segment_offsets[k], segment_offsets[k + 1]):
+            if counts[segment_targets[i]] == 0:
+                distinct += 1
+            counts[segment_targets[i]] += 1
+        for i in range(segment_offsets[k], segment_offsets[k + 1]):
+            counts[segment_targets[i]] = 0
+        summary_offsets[k + 1] = summary_offsets[k] + distinct
+    summary_targets = np.empty(summary_offsets[K], np.int32)
+    summary_counts = np.empty(summary_offsets[K], np.int64)
+    for k in range(K):
+        m = summary_offsets[k]
         for i in range(segment_offsets[k], segment_offsets[k + 1]):
             counts[segment_targets[i]] += 1
         for i in range(segment_offsets[k], segment_offsets[k + 1]):
@@ -435,16 +449,14 @@ def _compact_from_segments(segment_of, segment_offsets, segment_tokens, segment_
                 summary_targets[m], summary_counts[m] = t, counts[t]
                 counts[t] = 0
                 m += 1
-        summary_offsets[k + 1] = m
     common = np.full(S, -1, np.int32)
     listed, sets = 0, 0
     for q in range(S):
         best, best_count, total = -1, 0, 0
         for c in range(C):
             k = segment_of[q, c]
-            if k < 0:
-                continue
-            total += segment_offsets[k + 1] - segment_offsets[k]
+            if k >= 0:
+                total += segment_offsets[k + 1] - segment_offsets[k]
         if total >= min_count:
             for c in range(C):
                 k = segment_of[q, c]
@@ -487,7 +499,8 @@ def _compact_from_segments(segment_of, segment_offsets, segment_tokens, segment_
                 else:
                     tokens[n], targets[n] = t, segment_targets[i]
                     n += 1
-        _sort_row(tokens, targets, offsets[q], n, seen, target_of, num_states)
+        if not rows_sorted:
+            _sort_row(tokens, targets, offsets[q], n, seen, target_of, num_states)
         if best >= 0:
             row_of[q] = r
             r += 1
@@ -604,50 +617,6 @@ def _sort_row(tokens, targets, lo, hi, seen, target_of, num_states):
             seen[w] = 0
 
 
-@njit(cache=True, nogil=True, boundscheck=False)
-def _split_common(offsets, tokens, targets, num_states, num_words, min_count):
-    """``TokenTransitions.compact``'s pass: per row, its most common target if it takes ``min_count`` entries
-    (-1: none) — those entries become bits of the row's set (``words[row_of[q]]``), the rest stay listed. Returns
-    (offsets, tokens, targets) of the listed entries, the common targets, ``row_of`` and the sets."""
-    S = len(offsets) - 1
-    counts = np.zeros(num_states, np.int64)
-    common = np.full(S, -1, np.int32)
-    listed, sets = 0, 0
-    for q in range(S):
-        lo, hi = offsets[q], offsets[q + 1]
-        best, best_count = -1, 0
-        if hi - lo >= min_count:
-            for i in range(lo, hi):
-                counts[targets[i]] += 1
-                if counts[targets[i]] > best_count:
-                    best, best_count = targets[i], counts[targets[i]]
-            for i in range(lo, hi):
-                counts[targets[i]] = 0
-        if best_count >= min_count:
-            common[q] = best
-            sets += 1
-            listed += hi - lo - best_count
-        else:
-            listed += hi - lo
-    words = np.zeros((sets, num_words), np.uint32)
-    row_of = np.full(S, -1, np.int32)
-    new_offsets = np.zeros(S + 1, np.int64)
-    new_tokens, new_targets = np.empty(listed, np.int32), np.empty(listed, np.int32)
-    n, r = 0, 0
-    for q in range(S):
-        c = common[q]
-        for i in range(offsets[q], offsets[q + 1]):
-            t = tokens[i]
-            if c >= 0 and targets[i] == c:
-                words[r, t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-            else:
-                new_tokens[n], new_targets[n] = t, targets[i]
-                n += 1
-        if c >= 0:
-            row_of[q] = r
-            r += 1
-        new_offsets[q + 1] = n
-    return new_offsets, new_tokens, new_targets, common, row_of, words
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
