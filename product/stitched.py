@@ -339,16 +339,16 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
 
     def build(key: tuple) -> None:
         roots, ctx = key
+        if canonical_only and not _may_enter(sk, roots, ctx, canonical):
+            fragment_of[key] = None  # no token the entry context allows starts a text of it: dead, not written out
+            successors[key] = {}
+            return
         soft = frozenset()
         while True:
             checkpoint()
             if (roots, soft) not in written:
                 written[roots, soft] = sk.fragment(roots, soft)
             regex, exits = written[roots, soft]
-            if canonical_only and not _may_enter(sk, roots, ctx, canonical):
-                fragment_of[key] = None  # no token the entry context allows starts a text of it: dead, uncompiled
-                successors[key] = {}
-                return
             try:
                 fragment, compiled = library.get(regex, ctx, dead_exits=dead_exits.get(key, frozenset()), **options)
                 counts[compiled] += 1
