@@ -41,6 +41,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from peers import _hf_tokenizer  # noqa: E402  (the peers' tokenizer object, as bench/peers.py builds it)
+
 from automata.grammar import UnsupportedGrammarError, parse_grammar  # noqa: E402
 from automata.grammar.sample import sample  # noqa: E402
 from bpe import compile_tokenizer  # noqa: E402
@@ -120,12 +122,6 @@ class Canonmerge:
             if t is None:
                 return guide.is_accepting(state)
             state = guide.advance(state, t)
-
-
-def _hf_tokenizer(runtime, eos):
-    from transformers import PreTrainedTokenizerFast  # (transformers: only the peers' tokenizer objects need it)
-
-    return PreTrainedTokenizerFast(tokenizer_object=runtime, eos_token=runtime.id_to_token(eos))
 
 
 class LLGuidance:
