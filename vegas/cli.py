@@ -45,6 +45,7 @@ from bpe.assets import DEFAULT_TOKENIZER, TOKENIZERS, asset_path, reference_runt
 from bpe.automaton import cache_path
 from bpe.lm_cache import load_causal_lm
 from bpe.loaders import to_runtime_tokenizer
+from vegas._kernels import kernels_ready, warm_kernels
 from vegas._progress import Progress
 
 _DEFAULT_MODEL = "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"  # bpe.assets name of the default model
@@ -192,6 +193,16 @@ def _chat_prompt(template: str, prompt: str, tokenizer) -> str:
 # ------------------------------------------------------------------------------------------- constraints
 
 
+def _warm_kernels(canonical) -> float | None:
+    """Compile the numba kernels before the first constraint of a fresh install (``vegas._kernels``), with a
+    progress line: the seconds it took, or None where they were compiled already."""
+    if kernels_ready():
+        return None
+    with Progress("compiling kernels, once for this install") as compiling:
+        warm_kernels(canonical)
+    return compiling.elapsed
+
+
 def _check_regex(pattern: str) -> str:
     """Fail early, with Python's own message, on a pattern that is not a regular expression at all."""
     try:
@@ -300,6 +311,7 @@ def _compile_schema(args: argparse.Namespace) -> int:
     regex = vegas.schema_regex(schema, args.style)
     to_regex = time.perf_counter()
     _, canonical = _canonical(_source(args.tokenizer), args.tokenizer or DEFAULT_TOKENIZER)
+    kernels = _warm_kernels(canonical)
     loaded = time.perf_counter()
     store = product.FragmentStore(product.default_library_dir())
     with Progress("schema"):
@@ -313,7 +325,9 @@ def _compile_schema(args: argparse.Namespace) -> int:
     else:
         print("fragments         none: compiled as one regex (the skeleton could not be cut: StitchError)")
     print(f"guide             {guide.num_nodes} nodes, {guide.memory_bytes / 2**20:.1f} MiB, compiled in "
-          f"{1e3 * (done - loaded):.1f} ms (tokenizer loaded in {loaded - to_regex:.2f} s)")
+          f"{1e3 * (done - loaded):.1f} ms (tokenizer loaded in {loaded - to_regex - (kernels or 0):.2f} s)")
+    if kernels is not None:
+        print(f"kernels           compiled in {kernels:.1f} s, once for this install (numba caches them on disk)")
     print(f"library           {store.directory}: {store.count()} fragments, {store.size_bytes() / 2**20:.1f} MiB")
     return 0
 
@@ -350,6 +364,7 @@ def _generate(args: argparse.Namespace) -> int:
     tokenizer_arg = args.tokenizer or (None if args.model is None else str(model_path))
     tokenizer, canonical = _canonical(_source(tokenizer_arg), tokenizer_arg or DEFAULT_TOKENIZER)
     runtime = _runtime(tokenizer_arg or DEFAULT_TOKENIZER, tokenizer)
+    kernels = _warm_kernels(canonical)
     with Progress("constraint") as compiling:
         guide = compile_guide(canonical, not args.any_tokenization)
     prompt = _chat_prompt(_chat_template(model_path), args.prompt, tokenizer) if args.chat else args.prompt
@@ -381,7 +396,7 @@ def _generate(args: argparse.Namespace) -> int:
         "forced_tokens": result.forced_tokens, "forward_passes": result.forward_passes,
         "skipped_passes": result.skipped_passes, "finished": result.finished, "canonical": canonical_ok,
         "seconds": {"generation": generating.elapsed, "per_token": per_token, "model_load": loading.elapsed,
-                    "constraint_compile": compiling.elapsed},
+                    "constraint_compile": compiling.elapsed, "kernels_compile": kernels},
     }
     if args.print_json:
         print(json.dumps(report, ensure_ascii=False))
@@ -394,6 +409,9 @@ def _generate(args: argparse.Namespace) -> int:
     print(f"forward passes  {result.forward_passes} ({result.skipped_passes} skipped against one per token)", file=err)
     print(f"time per token  {per_token * 1e3:.1f} ms ({n} tokens in {generating.elapsed:.2f} s; model loaded in "
           f"{loading.elapsed:.1f} s, constraint compiled in {compiling.elapsed:.2f} s)", file=err)
+    if kernels is not None:
+        print(f"kernels         compiled in {kernels:.1f} s, once for this install (numba caches them on disk)",
+              file=err)
     print(f"canonical       {'yes' if canonical_ok else 'no'}: the tokenizer re-encodes the text to "
           f"{'the same' if canonical_ok else 'other'} tokens", file=err)
     if not result.finished:

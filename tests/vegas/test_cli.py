@@ -26,9 +26,10 @@ from tests.support import runtime_of
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def canonmerge(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    """Run this checkout's command line (``python -m vegas.cli``, what the ``canonmerge`` script calls)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+def canonmerge(*args: str, timeout: float = 600, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run this checkout's command line (``python -m vegas.cli``, what the ``canonmerge`` script calls), with
+    ``env`` added to this process's environment."""
+    env = dict(os.environ, **(env or {}), PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "vegas.cli", *args], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=timeout)
 

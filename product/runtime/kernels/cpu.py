@@ -270,13 +270,12 @@ def _keep_entry(guides, owner_of, states, out_addresses, num_words, slab_rows, k
 
 
 # Each pass serial and parallel (range / prange: one Python function compiled twice would share numba's on-disk
-# cache entry, and the parallel one would be the serial one).
-_COPY_SIGNATURE = "int64(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64, int64[::1], int64[::1])"
-_COMPUTE_SIGNATURE = "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64[::1])"
-_KEEP_SIGNATURE = "void(int64[:, ::1], int64[::1], int64[::1], int64[::1], int64, int64, int64[::1], int64[::1])"
+# cache entry, and the parallel one would be the serial one). No signatures: a signature makes numba compile at
+# import, and the batch passes (the parallel ones most of it, ~3.4 s) are compiled on their first call instead, so
+# a process that never fills a batch does not pay for them (a fresh install's import: 11.9 -> 5.7 s).
 
 
-@njit(_COPY_SIGNATURE, **_KERNEL)
+@njit(**_KERNEL)
 def _batch_copy(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
     computed = _plan(guides, owner_of, states, kind, source)
     for k in range(len(states) if computed >= 0 else 0):
@@ -284,7 +283,7 @@ def _batch_copy(guides, owner_of, states, out_addresses, num_words, slab_rows, k
     return computed
 
 
-@njit(_COPY_SIGNATURE, parallel=True, **_KERNEL)
+@njit(parallel=True, **_KERNEL)
 def _batch_copy_parallel(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
     computed = _plan(guides, owner_of, states, kind, source)
     rows = len(states) if computed >= 0 else 0  # a bound numba's prange takes (not a conditional expression)
@@ -293,26 +292,26 @@ def _batch_copy_parallel(guides, owner_of, states, out_addresses, num_words, sla
     return computed
 
 
-@njit(_COMPUTE_SIGNATURE, **_KERNEL)
+@njit(**_KERNEL)
 def _batch_compute(guides, maker_of, inner, out_addresses, num_words, kind):
     for k in range(len(inner)):
         _compute_entry(guides, maker_of, inner, out_addresses, num_words, kind, k)
 
 
-@njit(_COMPUTE_SIGNATURE, parallel=True, **_KERNEL)
+@njit(parallel=True, **_KERNEL)
 def _batch_compute_parallel(guides, maker_of, inner, out_addresses, num_words, kind):
     for k in prange(len(inner)):
         _compute_entry(guides, maker_of, inner, out_addresses, num_words, kind, k)
 
 
-@njit(_KEEP_SIGNATURE, **_KERNEL)
+@njit(**_KERNEL)
 def _batch_keep(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
     _take_slots(guides, owner_of, states, kind, source)
     for k in range(len(states)):
         _keep_entry(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source, k)
 
 
-@njit(_KEEP_SIGNATURE, parallel=True, **_KERNEL)
+@njit(parallel=True, **_KERNEL)
 def _batch_keep_parallel(guides, owner_of, states, out_addresses, num_words, slab_rows, kind, source):
     _take_slots(guides, owner_of, states, kind, source)
     for k in prange(len(states)):
