@@ -72,6 +72,7 @@ from product.compiler.tables import guide_eos, per_automaton, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions
 from product.counted import CountedGuide
 from product.runtime.guide import Guide
+from product.runtime.keyed import _REJECTED, KeyedGuide
 from product.runtime.stitched import StitchedGuide
 
 __all__ = ["StitchedGuide", "StitchError", "FragmentTooLongError", "compile_stitched", "Fragment", "FragmentLibrary",
@@ -119,6 +120,14 @@ class _Instance:
     entry_context: int
     fragment: Fragment
     next_of_node: dict[int, int]
+
+
+@dataclass(eq=False)
+class _KeyedInstance:
+    """What a choice of keys' instance has in place of its fragment: the shared fragment and the instance's guide
+    over it (``product.runtime.keyed.KeyedGuide``: the words told apart)."""
+    shared: Fragment
+    guide: KeyedGuide
 
 
 class FragmentLibrary:
@@ -297,7 +306,8 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                      canonical_only: bool = True, max_states: int = 100_000, max_transitions: int = 50_000_000,
                      cache_size: int = 4096, eos_token_ids: list[int] | None = None, name: str = "",
                      library: FragmentLibrary | None = None, store=None, fine_cuts: bool = False,
-                     budget: CompileBudget | None = None) -> "StitchedGuide":
+                     budget: CompileBudget | None = None,
+                     leaf_exceptions: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> "StitchedGuide":
     """The guide of ``skeleton`` with each placeholder character (a key of ``leaves``, in ``PLACEHOLDERS``)
     standing for its regex, stitched from fragments of ``library`` (default: the automaton's in-memory one),
     backed by ``store`` (a ``product.library.FragmentStore``; None: memory only).
@@ -310,17 +320,24 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
     again with those exits dead (a different library entry), until nothing changes. Dead exits are rare (a YAML
     line break whose pre-tokenizer context needs a space after it, then a key): most fragments compile once.
 
+    ``leaf_exceptions``: placeholder -> (a regex, words): the leaf stands for the regex's texts but those words
+    (its regex in ``leaves`` is the exact one; a free key: any key but the declared names). A fragment that is a
+    choice between such a leaf and literal words (``Skeleton.key_choice``) is compiled with the regex itself,
+    shared by every skeleton with the same prefix and closing, and the words are told apart as the text is written
+    (``product.runtime.keyed``): the trie of the words is never compiled against the vocabulary.
+
     ``budget``: as ``compile_regex``'s, for the whole stitching. A fragment is kept (in ``library`` and ``store``)
     only once compiled whole, so a compile stopped by its budget leaves the fragments it finished, nothing else.
     """
     with running(budget):
         return _compile_stitched(skeleton, leaves, canonical, canonical_only=canonical_only, max_states=max_states,
                                  max_transitions=max_transitions, cache_size=cache_size, eos_token_ids=eos_token_ids,
-                                 name=name, library=library, store=store, fine_cuts=fine_cuts)
+                                 name=name, library=library, store=store, fine_cuts=fine_cuts,
+                                 leaf_exceptions=leaf_exceptions or {})
 
 
 def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states, max_transitions, cache_size,
-                      eos_token_ids, name, library, store, fine_cuts) -> "StitchedGuide":
+                      eos_token_ids, name, library, store, fine_cuts, leaf_exceptions) -> "StitchedGuide":
     eos = guide_eos(canonical, eos_token_ids)
     library = fragment_library(canonical) if library is None else library
     counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
@@ -333,9 +350,12 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
     # instances (roots, entry context): their fragment (None: dead), successors and the exits found dead
     fragment_of: dict[tuple, Fragment | None] = {}
     successors: dict[tuple, dict[int, tuple]] = {}  # guide node -> the instance its exits lead to
-    exits_into: dict[tuple, dict[tuple, tuple]] = {}  # instance -> successor -> (exit set, context) leading there
+    # instance -> successor -> the exits leading there: (exit set, context) pairs, or for a choice of keys
+    # ("word", w) / ("free",) where the key's class leads there
+    exits_into: dict[tuple, dict[tuple, frozenset]] = {}
     dead_exits: dict[tuple, frozenset] = {}
     predecessors: dict[tuple, set] = {}
+    written_out: set[tuple] = set()  # choices of keys compiled as written out (their free key's successor died)
 
     def build(key: tuple) -> None:
         roots, ctx = key
@@ -343,6 +363,13 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
             fragment_of[key] = None  # no token the entry context allows starts a text of it: dead, not written out
             successors[key] = {}
             return
+        if leaf_exceptions and key not in written_out:
+            choice = sk.key_choice(roots, frozenset(), leaf_exceptions)
+            if choice is not None and build_keyed(key, choice):
+                return
+            if choice is not None:  # written out from here on, its dead exits found again in its own numbering
+                written_out.add(key)
+                dead_exits.pop(key, None)
         soft = frozenset()
         while True:
             checkpoint()
@@ -366,8 +393,49 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
                 raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
             succ = (frozenset(END if k == 0 else exits[k - 1] for k in exit_set), exit_ctx)
             nxt[node] = succ
-            into[succ] = (exit_set, exit_ctx)
+            into[succ] = into.get(succ, frozenset()) | {(exit_set, exit_ctx)}
         successors[key], exits_into[key] = nxt, into
+
+    def build_keyed(key: tuple, choice) -> bool:
+        """``build`` for a choice of keys: the shared fragment, and the instance's words; False where it must be
+        written out instead (its free key's successor is dead, a text goes on past a cut, its exits overlap)."""
+        roots, ctx = key
+        dead = dead_exits.get(key, frozenset())
+        if ("free",) in dead:
+            return False
+        rejected = {mark[1] for mark in dead if mark[0] == "word"}
+        regex, exits = choice.regex()
+        try:
+            fragment, compiled = library.get(regex, ctx, dead_exits=frozenset(
+                mark for mark in dead if not isinstance(mark[0], str)), **options)
+        except (_SoftExits, EmptyLanguageError):
+            return False
+        nxt, into = {}, {}
+        words = sorted(choice.excluded)
+        for node, exit_ctx, exit_set in fragment.cut_exits:
+            if exit_ctx >= num_open:
+                raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
+            if 1 in exit_set and len(exit_set) > 1:
+                return False
+            if 1 not in exit_set:
+                succ = (frozenset(END if k == 0 else exits[k - 1] for k in exit_set), exit_ctx)
+                nxt[node, 0] = succ
+                into[succ] = into.get(succ, frozenset()) | {(exit_set, exit_ctx)}
+                continue
+            succ = (frozenset([choice.leaf_exit]), exit_ctx)
+            nxt[node, 0] = succ
+            into[succ] = into.get(succ, frozenset()) | {("free",)}
+            for w, word in enumerate(words):
+                if word in choice.words and w not in rejected:
+                    succ = (frozenset([choice.words[word]]), exit_ctx)
+                    nxt[node, w + 1] = succ
+                    into[succ] = into.get(succ, frozenset()) | {("word", w)}
+        counts[compiled] += 1
+        classes = [w + 1 if word in choice.words and w not in rejected else _REJECTED for w, word in enumerate(words)]
+        texts = [(choice.prefix + word).encode("utf-8", "surrogatepass") for word in words]
+        fragment_of[key] = _KeyedInstance(fragment, KeyedGuide(fragment.guide, canonical, texts, classes))
+        successors[key], exits_into[key] = nxt, into
+        return True
 
     start = (frozenset([sk.start]), 0)
     queued = object()  # fragment_of's mark for an instance waiting to be built
@@ -388,12 +456,12 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
         build(key)
         if fragment_of[key] is None:  # dead: the exits into it die, and their fragments are built again
             for pred in predecessors.get(key, ()):
-                if isinstance(fragment_of[pred], Fragment) and key in exits_into[pred]:
-                    dead_exits[pred] = dead_exits.get(pred, frozenset()) | {exits_into[pred][key]}
+                if isinstance(fragment_of[pred], (Fragment, _KeyedInstance)) and key in exits_into[pred]:
+                    dead_exits[pred] = dead_exits.get(pred, frozenset()) | exits_into[pred][key]
                     rebuild[pred] = None
             continue
-        dead = {exits_into[key][succ] for succ in successors[key].values()
-                if succ in fragment_of and fragment_of[succ] is None}
+        dead = frozenset().union(*(exits_into[key][succ] for succ in successors[key].values()
+                                   if succ in fragment_of and fragment_of[succ] is None))
         if dead:  # exits into instances already known dead: build again without them
             dead_exits[key] = dead_exits.get(key, frozenset()) | dead
             rebuild[key] = None

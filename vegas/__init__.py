@@ -96,7 +96,7 @@ def _compile_schema(schema, canonical, *, style, strict, max_recursion, any_dept
         skeleton = compiler.document()
         try:
             return compile_stitched(skeleton, compiler.leaves, canonical, store=store, fine_cuts=not any_leaf,
-                                    **options)
+                                    leaf_exceptions=compiler.exceptions, **options)
         except FragmentTooLongError:
             continue
         except StitchError:

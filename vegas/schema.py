@@ -136,6 +136,10 @@ class Compiler:
         # regexes (``self.leaves``), so the regex left is the literal structure: the skeleton product.stitched cuts.
         self.leaves: dict[str, str] | None = {} if leaves else None
         self._leaf_of: dict[str, str] = {}
+        # a free key's leaf stands for any key but the declared names: (any key, the names as written) per
+        # placeholder, so that product.stitched can compile the fragments holding it once for every schema and
+        # tell the names apart while the text is written (``compile_stitched``'s ``leaf_exceptions``)
+        self.exceptions: dict[str, tuple[str, tuple[str, ...]]] = {}
         # any_leaf=False: "anything" values are written out in the skeleton like any other structure (a YAML one
         # holds whole blocks, whose line breaks the skeleton can cut where the leaf could not)
         self.any_leaf = any_leaf
@@ -794,7 +798,11 @@ class Compiler:
 
     def _other_key(self, declared: list[str]) -> str:
         """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
-        return self.leaf('"' + _string_except(declared, self.style) + '"') + (": " if self.style == "json" else ":")
+        char = self.leaf('"' + _string_except(declared, self.style) + '"')
+        if self.leaves is not None and declared:
+            self.exceptions[char] = (f'"({spelled(ANY, self.style)})*"',
+                                     tuple(sorted(_written_key(name, self.style) for name in set(declared))))
+        return char + (": " if self.style == "json" else ":")
 
 
 def _all_but(values: list) -> dict | None:
@@ -856,6 +864,11 @@ def _trie_complement(node: dict) -> str:
 def _ecma(char: str, in_class: bool) -> str:
     """``char`` as a literal in an ECMA-262 pattern (inside a class or not)."""
     return "\\" + char if char in ("\\]^-[" if in_class else "\\^$.|?*+()[]{}/") else char
+
+
+def _written_key(name: str, style: str) -> str:
+    """``name`` as a free key's leaf writes it (``_string_except``'s spelling, in double quotes)."""
+    return '"' + "".join(escape_of(c, style) for c in name) + '"'
 
 
 def _string_except(words: list[str], style: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import re
+from dataclasses import dataclass
 
 import numpy as np
 from interegular.fsm import anything_else
@@ -27,7 +28,7 @@ from automata.regions import eliminate
 from bpe.automaton import CanonicalAutomaton
 from product.compiler.tables import per_automaton
 
-__all__ = ["PLACEHOLDERS", "END", "Skeleton", "StitchError", "FragmentTooLongError"]
+__all__ = ["PLACEHOLDERS", "END", "KeyChoice", "Skeleton", "StitchError", "FragmentTooLongError"]
 
 END = -1  # a root of an instance: the text may end where the instance starts
 PLACEHOLDERS = range(0xD800, 0xDC00)  # placeholder characters of a skeleton: lone surrogates, in no text
@@ -173,6 +174,7 @@ class Skeleton:
             classes_into[q].setdefault(t, []).append(c)
         self.edges = [{t: label[cs[0]] if len(cs) == 1 else _alternation([label[c] for c in cs])
                        for t, cs in by_target.items()} for by_target in classes_into]
+        self._classes_into, self._chars_of = classes_into, chars_of  # (read by ``key_choice``)
         # per state, what its texts may start with: the first bytes of its literal classes and its leaves' regexes
         # (``first_bytes``, read only where a fragment's entry is checked)
         self._first_literal: list[set[int]] = [set() for _ in range(n)]
@@ -243,6 +245,81 @@ class Skeleton:
             return self._eliminated(roots, soft)
         return _alternation(parts), exits
 
+    def key_choice(self, roots: frozenset, soft: frozenset, exceptions: dict) -> KeyChoice | None:
+        """The fragment from ``roots`` as a ``KeyChoice`` where it has that shape: from one root, every way to the
+        next cut states literal, but one: a literal prefix, a leaf of ``exceptions`` (placeholder -> (its generic
+        regex, the words it excludes)), a literal closing; each other way either the prefix, a word of the leaf's
+        and the closing, or a text that does not start as the prefix and a leaf's text do. None otherwise (the
+        caller writes the fragment out, ``fragment``)."""
+        if len(roots) != 1 or not exceptions:
+            return None
+        (root,) = roots
+        if root == END:
+            return None
+        paths = self._paths_to_cuts(root, soft, exceptions)
+        if paths is None:
+            return None
+        keyed = [path for path in paths if path[1] is not None]
+        if len(keyed) != 1:
+            return None
+        ((prefix, leaf, closing, leaf_exit),) = keyed
+        generic, excluded = exceptions[leaf]
+        openings = _leaf_openings(generic)
+        if openings is None or not _prefix_free(generic):
+            return None
+        words, others = {}, []
+        for text, other_leaf, _, cut in paths:
+            if other_leaf is not None:
+                continue
+            if not (text.startswith(prefix) and len(text) > len(prefix) and text[len(prefix)] in openings):
+                others.append((text, cut))  # (no text of the key's way starts so: exits apart)
+                continue
+            word = text[len(prefix): len(text) - len(closing)]
+            if not text.endswith(closing) or word not in excluded:
+                return None  # a literal text the leaf's texts may share a start with, not a word of it
+            words[word] = cut
+        return KeyChoice(prefix, generic, closing, leaf_exit, tuple(excluded), words, tuple(others))
+
+    def _paths_to_cuts(self, root: int, soft: frozenset, exceptions: dict, limit: int = 512):
+        """Every way from ``root`` to the first cut state on it: (literal text before a leaf, the leaf or None,
+        literal text after it, the cut state); None where one reads another leaf, two leaves, ends the text, has a
+        cycle, or there are more than ``limit``."""
+        found = []
+        todo = [("", None, "", root, 0)]
+        while todo:
+            before, leaf, after, q, depth = todo.pop()
+            if depth and self._is_cut(q, soft):
+                found.append((before, leaf, after, q))
+            elif self.accepting[q] or depth > 256 or not self._classes_into[q]:
+                return None
+            else:
+                for t, classes in self._classes_into[q].items():
+                    for c in classes:
+                        texts = self._literal_texts([c])
+                        if texts is not None:
+                            todo += [(before + x, leaf, after, t, depth + 1) if leaf is None else
+                                     (before, leaf, after + x, t, depth + 1) for x in texts]
+                            continue
+                        chars = self._chars_of[c]
+                        if leaf is not None or len(chars) != 1 or chars[0] not in exceptions:
+                            return None
+                        todo.append((before, chars[0], "", t, depth + 1))
+            if len(found) + len(todo) > limit:
+                return None
+        return found
+
+    def _is_cut(self, q: int, soft: frozenset) -> bool:
+        return self.cut[q] and q not in soft
+
+    def _literal_texts(self, classes: list[int]) -> list[str] | None:
+        """The texts of literal classes (None: a leaf among them)."""
+        texts = []
+        for c in classes:
+            if self.strings[c] is None:
+                return None
+            texts += [b.decode("utf-8", "surrogatepass") for b in self.strings[c]]
+        return texts
+
     def _eliminated(self, roots: frozenset, soft: frozenset) -> tuple[str, list[int]]:
         """``fragment`` for a fragment with a cycle (a YAML block whose line breaks are inside tokens): the
         classic state elimination (``automata.regions.eliminate``) over its states, a new source and sink, and one
@@ -282,6 +359,44 @@ class Skeleton:
             return eliminate(edges, SOURCE, SINK, _MAX_FRAGMENT_REGEX), exits
         except StateLimitError:
             raise FragmentTooLongError("a fragment's regex is too long to write out") from None
+
+
+@dataclass(frozen=True)
+class KeyChoice:
+    """A fragment of a skeleton that is a choice of keys (``Skeleton.key_choice``): after ``prefix``, either a text
+    of ``generic`` (any key) but none of ``excluded`` (the declared ones) followed by ``closing``, up to the cut
+    state ``leaf_exit``; or a word of ``excluded`` followed by ``closing`` (``words``: word -> its cut state; the
+    words not there are not allowed here); or one of ``others`` (text, cut state), which start unlike any key.
+    Invariant: ``generic``'s language is prefix-free, so a key's text is a word exactly when it ends where one does.
+    """
+
+    prefix: str
+    generic: str
+    closing: str
+    leaf_exit: int
+    excluded: tuple[str, ...]
+    words: dict
+    others: tuple[tuple[str, int], ...]
+
+    def regex(self) -> tuple[str, list[int]]:
+        """The fragment every schema with this shape shares: the prefix, then any key and the closing (exit 1), or
+        one of the others (exits 2, ...); and the cut state of each exit. The words are told apart while the text
+        is written (``product.runtime.keyed``)."""
+        exits = [self.leaf_exit] + list(dict.fromkeys(cut for _, cut in self.others))
+        parts = [f"(?:{self.generic}){_escape(self.closing)}{exit_marker(1)}"]
+        parts += [_escape(text) + exit_marker(exits.index(cut, 1) + 1) for text, cut in self.others]
+        return _escape(self.prefix) + "(?:" + "|".join(parts) + ")", exits
+
+
+@functools.lru_cache(maxsize=256)
+def _prefix_free(regex: str) -> bool:
+    """Whether no text of ``regex`` goes on into a longer one (no accepting state of its DFA has a way on)."""
+    try:
+        table, accepting, _, _ = char_dfa(regex, _MAX_LEAF_STATES)
+    except StateLimitError:
+        return False
+    table = np.asarray(table)
+    return not bool((table[np.asarray(accepting, dtype=bool)] != MISSING).any())
 
 
 def _literal_cuts_dropped(cut: list[bool], edges: list[tuple[int, int, int]], strings: dict, start: int) -> list[bool]:

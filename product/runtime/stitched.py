@@ -50,6 +50,8 @@ class StitchedGuide(Guide):
         # per instance, exit node -> the next instance's initial state, as one global state
         starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
         self._jump = [{node: starts[i] for node, i in inst.next_of_node.items()} for inst in instances]
+        # a choice of keys exits by (node, the key's class) (``product.runtime.keyed``), other fragments by node
+        self._exit_keys = [getattr(g, "exit_key", None) for g in self._guides]
         self.initial_state = self._guides[0].initial_state
         self.fragments_reused, self.fragments_compiled = reused, compiled
         self._init_mask_cache(cache_size)
@@ -62,16 +64,20 @@ class StitchedGuide(Guide):
     @property
     def num_nodes(self) -> int:
         """Product nodes over the distinct fragments this guide uses."""
-        return sum(g.num_nodes for g in {id(g): g for g in self._guides}.values())
+        return sum(g.num_nodes for g in self._distinct_guides())
+
+    def _distinct_guides(self) -> list:
+        """The fragments' guides, each once (a choice of keys is its shared fragment's guide)."""
+        return list({id(g): g for g in (getattr(g, "_inner", g) for g in self._guides)}.values())
 
     @property
     def num_fragments(self) -> int:
         """Distinct fragments (regex, entry context) this guide uses."""
-        return len({id(inst.fragment) for inst in self._instances})
+        return len({id(getattr(inst.fragment, "shared", inst.fragment)) for inst in self._instances})
 
     @property
     def memory_bytes(self) -> int:
-        fragments = {id(g): g for g in self._guides}.values()
+        fragments = self._distinct_guides()
         own = [*self._slabs, self._cache.record]
         return int(sum(g.memory_bytes for g in fragments) + sum(a.nbytes for a in own))
 
@@ -131,5 +137,7 @@ class StitchedGuide(Guide):
         except DisallowedTokenError:
             raise DisallowedTokenError(f"token {token_id} ({guide._describe(token_id)}) is not allowed in state "
                                        f"{state} of {self.name!r}") from None
-        jump = self._jump[i].get(after // self._M)  # (none past the nodes of a counted fragment's loop, k > 0)
+        exit_key = self._exit_keys[i]
+        # (no jump past the nodes of a counted fragment's loop, k > 0)
+        jump = self._jump[i].get(after // self._M if exit_key is None else exit_key(after))
         return jump if jump is not None else self._base[i] + after
