@@ -27,7 +27,9 @@ import os
 import sys
 from pathlib import Path
 
+import product
 from bpe.storage import atomic_write, cache_dir
+from vegas import compile_schema
 
 __all__ = ["kernels_ready", "warm_kernels"]
 
@@ -68,13 +70,10 @@ def warm_kernels(canonical) -> None:
     """Compile canonmerge's kernels by running them on small constraints over ``canonical`` (the tokenizer the
     command will use: the kernels do not depend on it, but its automaton is loaded anyway), then leave the marker.
     The constraints are compiled without the fragment library on disk, so nothing of them is kept."""
-    import torch
-
-    import product
-    import vegas
+    import torch  # (deferred: torch takes seconds to import, and only the command line's generate needs it)
 
     guides = [product.compile_regex(_WARM_REGEX, canonical)]
-    guides += [vegas.compile_schema(_WARM_SCHEMA, canonical, style=style, library_dir=False)
+    guides += [compile_schema(_WARM_SCHEMA, canonical, style=style, library_dir=False)
                for style in ("json", "yaml")]
     for guide in guides:
         bitmask = torch.zeros((1, guide.num_words), dtype=torch.int32)

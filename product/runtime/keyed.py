@@ -33,7 +33,7 @@ import numpy as np
 
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.tables import per_automaton
-from product.runtime.guide import Guide
+from product.runtime.guide import Guide, _uint32_rows
 
 __all__ = ["KeyedGuide"]
 
@@ -217,8 +217,6 @@ class KeyedGuide:
                     words[token >> 5] &= ~np.uint32(1 << (token & 31))
 
     def _fill_at(self, state: int, out, address: int) -> None:
-        from product.runtime.guide import _uint32_rows
-
         self._fill_row(state, _uint32_rows(out, 1, self.num_words)[0])
 
     def advance(self, state: int, token_id: int) -> int:
