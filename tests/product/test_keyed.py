@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
+from product.library import FragmentStore
 from product.runtime.keyed import KeyedGuide
 from product.stitched import FragmentLibrary, compile_stitched
 from tests.support import automaton_of, runtime_of
@@ -156,3 +157,23 @@ def test_a_name_declared_elsewhere_is_no_free_key_and_a_free_key_is_any_other():
     for text in ['{"alpha": 1, "alpha": true}', '{"alpha": 1, "beta": "x", "beta": true}',
                  '{"alpha": 1, "beta": true}', '{"alpha": 1, "alph": 3}']:
         assert not keyed.accepts(runtime.encode(text, add_special_tokens=False).ids), text
+
+
+def test_a_choice_of_keys_loaded_from_the_disk_library_serves_the_same_masks(tmp_path):
+    """A new process finds the shared key fragment on disk (no compile) and tells the names apart as before."""
+    schema = {"type": "object", "properties": {"alpha": {"type": "integer"}, "al": {"type": "string"}},
+              "required": ["alpha"]}
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    compiler = Compiler.load(schema, "json", leaves=True)
+    skeleton = compiler.document()
+    store = FragmentStore(tmp_path)
+    first = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), store=store,
+                             leaf_exceptions=compiler.exceptions)
+    store.flush()
+    again = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical),
+                             store=FragmentStore(tmp_path), leaf_exceptions=compiler.exceptions)
+    assert again.fragments_compiled == 0 and any(isinstance(g, KeyedGuide) for g in again._guides)
+    for text in ['{"alpha": 1, "al": "x", "alp": 2}', '{"alpha": 1, "alpha": 2}', '{"alpha": 1, "a": {}}']:
+        ids = runtime.encode(text, add_special_tokens=False).ids
+        assert _same_along(first, again, ids) >= 1
+        assert first.accepts(ids) == again.accepts(ids)
