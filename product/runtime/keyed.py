@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -136,13 +137,22 @@ class _KeyTrie:
             return found
 
 
+_MAX_TRIES = 1024  # tries kept per automaton for the next guide over the same words (a guide keeps its own)
+
+
 def _key_trie(canonical: CanonicalAutomaton, words: tuple[bytes, ...]) -> _KeyTrie:
-    """The trie of ``words``, one per automaton and word list (the instances of one object share it)."""
-    tries = per_automaton(canonical, "key tries", dict)
-    trie = tries.get(words)
-    if trie is None:
-        trie = tries.setdefault(words, _KeyTrie(canonical, words))
-    return trie
+    """The trie of ``words``, one per automaton and word list (the instances of one object share it); the least
+    recently used forgotten past ``_MAX_TRIES``, so a server compiling schema after schema does not grow."""
+    tries, lock = per_automaton(canonical, "key tries", lambda: (OrderedDict(), threading.Lock()))
+    with lock:
+        trie = tries.get(words)
+        if trie is None:
+            trie = tries[words] = _KeyTrie(canonical, words)
+            if len(tries) > _MAX_TRIES:
+                tries.popitem(last=False)
+        else:
+            tries.move_to_end(words)
+        return trie
 
 
 class KeyedGuide:

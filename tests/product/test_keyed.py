@@ -166,7 +166,7 @@ def test_a_choice_of_keys_loaded_from_the_disk_library_serves_the_same_masks(tmp
     canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
     compiler = Compiler.load(schema, "json", leaves=True)
     skeleton = compiler.document()
-    store = FragmentStore(tmp_path)
+    store = FragmentStore(tmp_path, min_compile_seconds=0.0)  # every fragment written, however fast it compiled
     first = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), store=store,
                              leaf_exceptions=compiler.exceptions)
     store.flush()
