@@ -800,7 +800,7 @@ class Compiler:
         """Any key but the declared ones, with what follows it up to the value (``": "`` or ``:``)."""
         char = self.leaf('"' + _string_except(declared, self.style) + '"')
         if self.leaves is not None and declared:
-            self.exceptions[char] = (f'"({spelled(ANY, self.style)})*"',
+            self.exceptions[char] = ('"' + _any_string(self.style) + '"',
                                      tuple(sorted(_written_key(name, self.style) for name in set(declared))))
         return char + (": " if self.style == "json" else ":")
 
@@ -871,6 +871,11 @@ def _written_key(name: str, style: str) -> str:
     return '"' + "".join(escape_of(c, style) for c in name) + '"'
 
 
+def _any_string(style: str) -> str:
+    """The written characters of any string (``_string_except``'s, with no word to avoid)."""
+    return f"({spelled(ANY, style)})*"
+
+
 def _string_except(words: list[str], style: str) -> str:
     """The written characters of any string except ``words``: walk the words' trie; a string leaves it at some
     character, or ends on a node that is no word."""
@@ -880,7 +885,7 @@ def _string_except(words: list[str], style: str) -> str:
 @functools.lru_cache(maxsize=1024)
 def _string_except_cached(words: tuple[str, ...], style: str) -> str:
     trie = word_trie(list(words))
-    any_ = f"({spelled(ANY, style)})*"
+    any_ = _any_string(style)
 
     def walk(node: dict) -> str:
         children = CharSet.chars("".join(c for c in node if c))

@@ -617,8 +617,6 @@ def _sort_row(tokens, targets, lo, hi, seen, target_of, num_states):
             seen[w] = 0
 
 
-
-
 @njit(cache=True, nogil=True, boundscheck=False)
 def _preorder_trie(padded, lengths):
     """The trie of spellings given in lexicographic order: per node its depth, byte and subtree end (preorder

@@ -33,6 +33,7 @@ from collections import OrderedDict
 import numpy as np
 
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
+from product.compiler.skeleton import _single_byte_tokens
 from product.compiler.tables import per_automaton
 from product.runtime.guide import Guide, _uint32_rows
 
@@ -42,21 +43,20 @@ _REJECTED = -1  # a word's class where it is not allowed here
 _OUT = 0  # the trie node of a text that left the trie
 
 
-def _token_texts(canonical: CanonicalAutomaton) -> tuple[list[bytes], list[bytes], list[int], int, dict[int, int]]:
+def _token_texts(canonical: CanonicalAutomaton) -> tuple[list[bytes], list[bytes], list[int], int]:
     """Every token's bytes (b"" for special tokens), the texts sorted with their ids (for the tokens starting with a
-    given text: one ``bisect``), the longest token's length, and the token of each single byte the vocabulary has."""
+    given text: one ``bisect``), and the longest token's length."""
     def build():
-        blob, offsets = canonical.token_blob.tobytes(), np.asarray(canonical.token_offsets).tolist()
-        has = np.asarray(canonical.token_has_bytes)
-        texts = [blob[offsets[t]:offsets[t + 1]] if has[t] else b"" for t in range(canonical.vocab_size)]
+        texts = [text or b"" for text in canonical.token_bytes]
         order = sorted((text, t) for t, text in enumerate(texts) if text)
-        single = {}
-        for text, t in order:
-            if len(text) == 1:
-                single.setdefault(text[0], t)
-        return texts, [text for text, _ in order], [t for _, t in order], max(len(t) for t in texts), single
+        return texts, [text for text, _ in order], [t for _, t in order], max(len(t) for t in texts)
 
     return per_automaton(canonical, "token texts, sorted", build)
+
+
+def _allowed_bits(words: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """bool per token of ``tokens`` (int64): its bit in the packed mask ``words``."""
+    return ((words[tokens >> 5] >> (tokens & 31).astype(np.uint32)) & 1).astype(bool)
 
 
 # bytes whose tokens are tried first to show a trie node live (a token that leaves the trie): digits first, which
@@ -84,7 +84,8 @@ class _KeyTrie:
                     self.word.append(None)
                 node = nxt
             self.word[node] = w
-        self._texts, self._sorted, self._sorted_ids, self._longest, self._single = _token_texts(canonical)
+        self._texts, self._sorted, self._sorted_ids, self._longest = _token_texts(canonical)
+        self._single = _single_byte_tokens(canonical)
         self._relevant: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._witnesses: dict[int, list[int]] = {}
         self.lock = threading.Lock()
@@ -132,7 +133,7 @@ class _KeyTrie:
             found = self._witnesses.get(node)
             if found is None:
                 children = self.children[node]
-                found = [self._single[b] for b in _WITNESS_BYTES if b not in children and b in self._single]
+                found = [int(self._single[b]) for b in _WITNESS_BYTES if b not in children and self._single[b] >= 0]
                 found = self._witnesses[node] = found[:_WITNESSES]
             return found
 
@@ -265,7 +266,7 @@ class KeyedGuide:
         """The tokens the shared guide allows in ``inner`` (its mask ``words``) that this instance does not: those
         completing a word not allowed here, those into a trie node from which nothing allowed goes on."""
         tokens, reached = self._trie.relevant(node)
-        allowed = ((words[tokens >> 5] >> (tokens & 31).astype(np.uint32)) & 1).astype(bool)
+        allowed = _allowed_bits(words, tokens)
         out = []
         for token, at in zip(tokens[allowed].tolist(), reached[allowed].tolist()):
             if self._in_trie(at):
@@ -292,9 +293,9 @@ class KeyedGuide:
                 words = self._inner._mask(inner).copy()
             tokens, _ = self._trie.relevant(node)
             eos = self._inner.eos_token_ids if self._inner.is_accepting(inner) else ()
-            special = {t for t in eos if (int(words[t >> 5]) >> (t & 31)) & 1}
-            allowed = int(np.bitwise_count(words).sum()) - len(special)
-            staying = int((((words[tokens >> 5] >> (tokens & 31).astype(np.uint32)) & 1)).sum())
+            special = int(_allowed_bits(words, np.unique(np.asarray(eos, dtype=np.int64))).sum()) if eos else 0
+            allowed = int(np.bitwise_count(words).sum()) - special
+            staying = int(_allowed_bits(words, tokens).sum())
             live = allowed > staying or len(self._disallowed(node, inner, words)) < staying
         self._live_of[key] = live
         return live
