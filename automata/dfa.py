@@ -168,11 +168,11 @@ class DFA:
 
     def minimise(self) -> "DFA":
         """The minimal trim DFA of the same language, states in breadth-first order from the start (so the
-        output is canonical: equal languages give equal arrays). One compiled call (``_minimal``): trim, Moore's
-        partition refinement, renumbering.
+        output is canonical: equal languages give equal arrays). One compiled call (``_minimal``): trim, Hopcroft's
+        partition refinement (``_coarsest``), renumbering.
 
-        States start split by acceptance; each round splits blocks by the blocks their successors fall in,
-        until no block splits. A missing edge is its own block (-1), which is exactly the implicit dead state.
+        States start split by acceptance; a block splits another where the states of the other lead into it on
+        some symbol and out of it on the same symbol, until no block splits. A missing edge is its own block (-1), which is exactly the implicit dead state.
         """
         minimal = minimal_table(self.transitions, self.accepting, self.start)
         if minimal is None:  # the empty language
@@ -345,7 +345,7 @@ def _minimal(transitions, accepting, key, start):
         if r == 0 or key[old_id[order[r]]] != key[old_id[order[r - 1]]]:
             count += 1
         block[order[r]] = count
-    block, num_blocks = _moore(table, block)
+    block, num_blocks = _coarsest(table, block)
     # the block DFA over every symbol, renumbered breadth-first from the start's block
     representative = np.empty(num_blocks, dtype=np.int64)
     for s in range(m):
@@ -368,51 +368,114 @@ def _minimal(transitions, accepting, key, start):
 
 
 @njit(**_KERNEL)
-def _moore(table, block):
-    """Moore's refinement of the partition ``block`` (dense ids 0..; modified in place) by ``table``'s successors
-    (MISSING: block -1): rounds until no block splits; returns (blocks, their count). A round is one pass with a
-    hash table of (block, successor blocks) signatures. Rounds can be as many as the longest chain of states
-    (``.{0,300}``: 300), and a numpy round (sort the signature rows) cost ~0.8 ms: 250 ms for that pattern."""
+def _coarsest(table, block):
+    """The coarsest refinement of the partition ``block`` (dense ids 0..) that ``table``'s successors respect
+    (MISSING: a sink of its own), by Hopcroft's algorithm: a block taken from the worklist splits every block its
+    predecessors on a symbol cut in two, and of a split block not waiting in the worklist only the smaller half
+    goes into it, so each state is handed out O(log n) times per symbol: O(n k log n). Returns (block, count).
+    (Moore's rounds, a pass over the whole table per round, cost a round per state of the longest chain: a
+    9,769-state skeleton of 54 classes took 3.2 s, ~4,000 rounds.)"""
     n, k = table.shape
+    size = n + 1  # states and the sink (state n), whose successors are itself
+    # predecessors per (target, symbol): sources[start[t * k + j]:start[t * k + j + 1]]
+    start = np.zeros(size * k + 1, dtype=np.int64)
+    for s in range(size):
+        for j in range(k):
+            t = table[s, j] if s < n else n
+            if t < 0:
+                t = n
+            start[t * k + j + 1] += 1
+    for i in range(size * k):
+        start[i + 1] += start[i]
+    fill = start[:-1].copy()
+    sources = np.empty(size * k, dtype=np.int64)
+    for s in range(size):
+        for j in range(k):
+            t = table[s, j] if s < n else n
+            if t < 0:
+                t = n
+            sources[fill[t * k + j]] = s
+            fill[t * k + j] += 1
+    # the partition: block b's states are elements[first[b]:end[b]], position[s] where state s is in it
+    owner = np.empty(size, dtype=np.int64)
     num_blocks = 0
     for s in range(n):
+        owner[s] = block[s]
         num_blocks = max(num_blocks, block[s] + 1)
-    capacity = 1
-    while capacity < 2 * n:
-        capacity *= 2
-    slot_state = np.empty(capacity, dtype=np.int64)
-    new_block = np.empty(n, dtype=np.int64)
-    while True:
-        slot_state[:] = -1
-        count = 0
-        for s in range(n):
-            h = np.uint64(block[s] + 1)
-            for j in range(k):
-                t = table[s, j]
-                b = block[t] if t >= 0 else -1
-                h = (h ^ np.uint64(b + 1)) * np.uint64(0x9E3779B97F4A7C15)
-            slot = np.int64(h >> np.uint64(32)) & (capacity - 1)
-            while True:
-                r = slot_state[slot]
-                if r < 0:
-                    slot_state[slot] = s
-                    new_block[s] = count
-                    count += 1
-                    break
-                same = block[r] == block[s]
-                j = 0
-                while same and j < k:
-                    tr, ts = table[r, j], table[s, j]
-                    same = (block[tr] if tr >= 0 else -1) == (block[ts] if ts >= 0 else -1)
-                    j += 1
-                if same:
-                    new_block[s] = new_block[r]
-                    break
-                slot = (slot + 1) & (capacity - 1)
-        if count == num_blocks:
-            return block, num_blocks
-        block[:] = new_block
-        num_blocks = count
+    owner[n] = num_blocks  # the sink (no state co-reaches nothing, so it joins no block)
+    num_blocks += 1
+    first = np.zeros(size + 1, dtype=np.int64)
+    for s in range(size):
+        first[owner[s] + 1] += 1
+    for b in range(num_blocks):
+        first[b + 1] += first[b]
+    end = first[1:].copy()
+    first = first[:-1].copy()
+    at = first.copy()
+    elements = np.empty(size, dtype=np.int64)
+    position = np.empty(size, dtype=np.int64)
+    for s in range(size):
+        elements[at[owner[s]]] = s
+        position[s] = at[owner[s]]
+        at[owner[s]] += 1
+    first = np.concatenate((first, np.empty(size - num_blocks, dtype=np.int64)))
+    end = np.concatenate((end, np.empty(size - num_blocks, dtype=np.int64)))
+    waiting = np.zeros(size, dtype=np.bool_)
+    waiting[:num_blocks] = True
+    work = list(range(num_blocks))
+    marked = np.zeros(size, dtype=np.int64)
+    touched = np.empty(size, dtype=np.int64)
+    splitter = np.empty(size, dtype=np.int64)
+    while work:
+        b = work.pop()
+        waiting[b] = False
+        count = end[b] - first[b]
+        splitter[:count] = elements[first[b]:end[b]]
+        for j in range(k):
+            num_touched = 0
+            for i in range(count):
+                key = splitter[i] * k + j
+                for e in range(start[key], start[key + 1]):
+                    s = sources[e]
+                    y = owner[s]
+                    # move s to the front of its block's marked part
+                    p = position[s]
+                    q = first[y] + marked[y]
+                    other = elements[q]
+                    elements[q], elements[p] = s, other
+                    position[s], position[other] = q, p
+                    if marked[y] == 0:
+                        touched[num_touched] = y
+                        num_touched += 1
+                    marked[y] += 1
+            for i in range(num_touched):
+                y = touched[i]
+                m = marked[y]
+                marked[y] = 0
+                if m == end[y] - first[y]:
+                    continue  # every state of y goes into the splitter: no split
+                z = num_blocks  # the marked states become block z
+                num_blocks += 1
+                first[z], end[z] = first[y], first[y] + m
+                first[y] = end[z]
+                for p in range(first[z], end[z]):
+                    owner[elements[p]] = z
+                if waiting[y] or m <= end[y] - first[y]:
+                    waiting[z] = True
+                    work.append(z)
+                else:
+                    waiting[y] = True
+                    work.append(y)
+    # dense ids in order of first state, the sink's block left out
+    renumber = np.full(num_blocks, -1, dtype=np.int64)
+    count = 0
+    out = np.empty(n, dtype=np.int64)
+    for s in range(n):
+        if renumber[owner[s]] < 0:
+            renumber[owner[s]] = count
+            count += 1
+        out[s] = renumber[owner[s]]
+    return out, count
 
 
 @njit(**_KERNEL)

@@ -166,7 +166,9 @@ class Skeleton:
             for q in crossed:
                 pairs_q = [(x, y) for x in sorted(into[q]) for y in sorted(out[q]) if inner[x * 256 + y]]
                 cut[q] = not test.crossed(q, pairs_q)
-        self.cut = _literal_cuts_dropped(cut, edges, self.strings, start)
+        # (the cut states only literal text surrounds are dropped, but stay known: a choice of keys ends its
+        # declared names there, ``key_choice``)
+        self.cut, self._cut_possible = _literal_cuts_dropped(cut, edges, self.strings, start), cut
         # per state, its edges: target -> the regex of the characters that lead there (edges come in row order,
         # so a target's classes in increasing order, as a walk along the row meets them)
         classes_into: list[dict[int, list[int]]] = [{} for _ in range(n)]
@@ -250,15 +252,31 @@ class Skeleton:
         next cut states literal, but one: a literal prefix, a leaf of ``exceptions`` (placeholder -> (its generic
         regex, the words it excludes)), a literal closing; each other way either the prefix, a word of the leaf's
         and the closing, or a text that does not start as the prefix and a leaf's text do. None otherwise (the
-        caller writes the fragment out, ``fragment``)."""
+        caller writes the fragment out, ``fragment``).
+
+        The literal ways end at the cut states or, where that does not give the shape, at the first state that
+        could be cut (``_literal_cuts_dropped`` drops the cut states only literal text surrounds): a declared name
+        whose value is literal (an empty array, a constant) ends after its closing all the same."""
         if len(roots) != 1 or not exceptions:
             return None
         (root,) = roots
         if root == END:
             return None
-        paths = self._paths_to_cuts(root, soft, exceptions)
-        if paths is None:
+        paths = self._paths_to_cuts(root, soft, exceptions, self.cut)
+        choice = None if paths is None else self._key_choice_of(paths, exceptions)
+        if choice is not None:
+            return choice
+        # the leaf's closing, from the ways cut at every state that could be; then the literal ways end at the
+        # first such state after a closing
+        paths = self._paths_to_cuts(root, soft, exceptions, self._cut_possible)
+        keyed = [] if paths is None else [path for path in paths if path[1] is not None]
+        if len(keyed) != 1:
             return None
+        paths = self._paths_to_cuts(root, soft, exceptions, self._cut_possible, closing=keyed[0][2])
+        return None if paths is None else self._key_choice_of(paths, exceptions)
+
+    @staticmethod
+    def _key_choice_of(paths: list, exceptions: dict) -> KeyChoice | None:
         keyed = [path for path in paths if path[1] is not None]
         if len(keyed) != 1:
             return None
@@ -280,15 +298,18 @@ class Skeleton:
             words[word] = cut
         return KeyChoice(prefix, generic, closing, leaf_exit, tuple(excluded), words, tuple(others))
 
-    def _paths_to_cuts(self, root: int, soft: frozenset, exceptions: dict, limit: int = 512):
-        """Every way from ``root`` to the first cut state on it: (literal text before a leaf, the leaf or None,
-        literal text after it, the cut state); None where one reads another leaf, two leaves, ends the text, has a
-        cycle, or there are more than ``limit``."""
+    def _paths_to_cuts(self, root: int, soft: frozenset, exceptions: dict, literal_stop: list[bool],
+                       closing: str = "", limit: int = 512):
+        """Every way from ``root`` to the first cut state on it (a way without a leaf: the first state of
+        ``literal_stop`` its text ends with ``closing`` at): (literal text before a leaf, the leaf or None, literal
+        text after it, the cut state); None where one reads another leaf, two leaves, ends the text, has a cycle,
+        or there are more than ``limit``."""
         found = []
         todo = [("", None, "", root, 0)]
         while todo:
             before, leaf, after, q, depth = todo.pop()
-            if depth and self._is_cut(q, soft):
+            if depth and q not in soft and (self.cut[q] if leaf is not None else
+                                            literal_stop[q] and before.endswith(closing)):
                 found.append((before, leaf, after, q))
             elif self.accepting[q] or depth > 256 or not self._classes_into[q]:
                 return None
@@ -307,9 +328,6 @@ class Skeleton:
             if len(found) + len(todo) > limit:
                 return None
         return found
-
-    def _is_cut(self, q: int, soft: frozenset) -> bool:
-        return self.cut[q] and q not in soft
 
     def _literal_texts(self, classes: list[int]) -> list[str] | None:
         """The texts of literal classes (None: a leaf among them)."""

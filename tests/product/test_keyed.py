@@ -27,7 +27,8 @@ NAMES = ["al", "alpha", "alphabet", "beta", "b", "gamma ray", 'quo"te', "naïve"
 def _schemas(seed: int, count: int) -> list[dict]:
     rng = random.Random(seed)
     values = [{"type": "integer"}, {"type": "string"}, {"type": "boolean"}, {"enum": ["on", "off"]},
-              {"type": "array", "items": {"type": "integer"}, "maxItems": 2}]
+              {"type": "array", "items": {"type": "integer"}, "maxItems": 2},
+              {"const": "on"}, {"type": "array", "maxItems": 0}]  # (literal values: no cut kept after the name)
     schemas = []
     for _ in range(count):
         names = rng.sample(NAMES, rng.randint(1, 5))
@@ -64,8 +65,10 @@ def _texts(schema: dict, style: str, rng: random.Random) -> list[str]:
 def _value(schema: dict, sample: dict):
     if "enum" in schema:
         return schema["enum"][0]
+    if "const" in schema:
+        return schema["const"]
     if schema.get("type") == "array":
-        return [1]
+        return [] if schema.get("maxItems") == 0 else [1]
     return sample.get(schema.get("type"), 3)
 
 
@@ -157,6 +160,27 @@ def test_a_name_declared_elsewhere_is_no_free_key_and_a_free_key_is_any_other():
     for text in ['{"alpha": 1, "alpha": true}', '{"alpha": 1, "beta": "x", "beta": true}',
                  '{"alpha": 1, "beta": true}', '{"alpha": 1, "alph": 3}']:
         assert not keyed.accepts(runtime.encode(text, add_special_tokens=False).ids), text
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama3"])
+def test_a_declared_name_whose_value_is_literal_is_told_apart_too(name):
+    """A declared name whose value is literal text (a constant, an empty array) has no cut kept after it (only
+    literal text around); the choice of keys ends the name after its closing all the same: keyed, with the masks of
+    the written-out trie, and the right verdicts."""
+    schema = {"type": "object", "properties": {"gamma": {"type": "integer"}, "alpha": {"const": "on"},
+                                               "beta": {"type": "array", "maxItems": 0}},
+              "required": ["gamma"], "additionalProperties": {"type": "string"}}
+    runtime = runtime_of(name)
+    plain, keyed = _guides(schema, "json", name)
+    # the choices after gamma's value (alpha, beta or a free key; beta or a free key; a free key) all keyed
+    assert sum(isinstance(g, KeyedGuide) for g in keyed._guides) >= 3
+    for text, verdict in [('{"gamma": 1, "alpha": "on", "beta": []}', True), ('{"gamma": 1, "alp": "on"}', True),
+                          ('{"gamma": 1, "beta": [], "betas": "x"}', True), ('{"gamma": 1, "alpha": "off"}', False),
+                          ('{"gamma": 1, "beta": "x"}', False), ('{"gamma": 1, "gamma": "x"}', False),
+                          ('{"gamma": 1, "beta": [], "alpha": "on"}', False)]:  # (declared names in their order)
+        ids = runtime.encode(text, add_special_tokens=False).ids
+        _same_along(plain, keyed, ids)
+        assert keyed.accepts(ids) == plain.accepts(ids) == verdict, text
 
 
 def test_a_choice_of_keys_loaded_from_the_disk_library_serves_the_same_masks(tmp_path):
