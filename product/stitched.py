@@ -148,10 +148,11 @@ class FragmentLibrary:
         self._lock = threading.Lock()
 
     def get(self, regex: str, entry_context: int, *, dead_exits: frozenset = frozenset(), canonical_only: bool,
-            eos: tuple[int, ...], max_states: int, max_transitions: int, store=None) -> tuple[Fragment, bool]:
+            eos: tuple[int, ...], max_states: int, max_transitions: int, store=None,
+            before_compile=None) -> tuple[Fragment, bool]:
         """The fragment of ``regex`` entered in ``entry_context``, with the exits (k, context) of ``dead_exits``
         not final, and whether it was compiled now (False: from memory or disk). ``EmptyLanguageError`` if it
-        has no live text."""
+        has no live text. ``before_compile()`` runs first where it is compiled now."""
         key = (regex, entry_context, dead_exits, canonical_only, eos)
         with self._lock:
             fragment = self._fragments.get(key)
@@ -169,6 +170,8 @@ class FragmentLibrary:
                 self._remember(outcome[0], key, set(outcome[1]))
         fragment = store.load(self.canonical, *key) if store is not None else None
         if fragment is None:
+            if before_compile is not None:
+                before_compile()
             try:
                 fragment = _compile_fragment(regex, entry_context, dead_exits, self.canonical,
                                              canonical_only=canonical_only, eos=eos, max_states=max_states,
@@ -343,9 +346,23 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
     counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
     sk = Skeleton(skeleton, leaves, canonical, max_states, fine_cuts)
     written: dict[frozenset, tuple[str, list[int]]] = {}
+
+    def write_every_fragment() -> None:
+        """Before the first fragment is compiled (not in a warm compile, which compiles none), every cut state's
+        fragment written: one too long to write raises FragmentTooLongError then, not after the compiles of the
+        fragments met before it (YAML on Llama-3, Kubernetes kb_863: 17.6 s of compiles, then the error). The
+        regexes are kept for the instances that read them."""
+        if not written_all:
+            written_all.append(True)
+            for q in [sk.start] + [q for q, cut in enumerate(sk.cut) if cut]:
+                checkpoint()
+                if (frozenset([q]), frozenset()) not in written:
+                    written[frozenset([q]), frozenset()] = sk.fragment(frozenset([q]))
+
+    written_all: list[bool] = []
     num_open = canonical.num_open_contexts if canonical_only else 1
     options = dict(canonical_only=canonical_only, eos=eos, max_states=max_states, max_transitions=max_transitions,
-                   store=store)
+                   store=store, before_compile=write_every_fragment)
 
     # instances (roots, entry context): their fragment (None: dead), successors and the exits found dead
     fragment_of: dict[tuple, Fragment | None] = {}

@@ -88,19 +88,23 @@ def _nullable(node) -> bool:
     raise _NotCounted
 
 
-def _rewrite(node, bounds: list[int], excluded: frozenset):
+def _rewrite(node, bounds: list[int], excluded: frozenset, groups: dict | None = None):
     """(tree with compressed loops, whether it holds one). ``bounds[l]`` gets loop l's n - m. Negated classes
-    exclude the characters of ``excluded`` (the loop markers, and the pattern's exit markers)."""
+    exclude the characters of ``excluded`` (the loop markers, and the pattern's exit markers), each distinct class
+    rewritten once (``groups``: a schema's whole regex repeats the string class tens of thousands of times, and
+    each union with the 512 markers cost ~15 µs)."""
+    checkpoint()  # the compile's budget (``automata.budget``): a YAML schema's whole regex is millions of nodes
+    groups = {} if groups is None else groups
     if isinstance(node, Pattern):
         if node.added_flags.value or node.removed_flags.value:
             raise _NotCounted
-        parts = [_rewrite(o, bounds, excluded) for o in node.options]
+        parts = [_rewrite(o, bounds, excluded, groups) for o in node.options]
         return Pattern(tuple(p for p, _ in parts)), any(h for _, h in parts)
     if isinstance(node, _Concatenation):
-        parts = [_rewrite(p, bounds, excluded) for p in node.parts]
+        parts = [_rewrite(p, bounds, excluded, groups) for p in node.parts]
         return _Concatenation(tuple(p for p, _ in parts)), any(h for _, h in parts)
     if isinstance(node, _Repeated):
-        base, inner = _rewrite(node.base, bounds, excluded)
+        base, inner = _rewrite(node.base, bounds, excluded, groups)
         if (inner or node.max is None or node.max - node.min < MIN_COUNT or _nullable(node.base)
                 or len(bounds) >= _MAX_LOOPS):
             return _Repeated(base, node.min, node.max), inner
@@ -111,7 +115,12 @@ def _rewrite(node, bounds: list[int], excluded: frozenset):
         return _Concatenation((_Repeated(base, node.min, node.min), enter,
                                _Repeated(_Concatenation((again, base)), 0, None))), True
     if isinstance(node, _CharGroup):
-        return (_CharGroup(node.chars | excluded, True) if node.negated else node), False
+        if not node.negated:
+            return node, False
+        group = groups.get(node.chars)
+        if group is None:
+            group = groups[node.chars] = _CharGroup(node.chars | excluded, True)
+        return group, False
     if node is _EMPTY:
         return node, False
     raise _NotCounted  # the dot, lookarounds

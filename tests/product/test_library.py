@@ -113,6 +113,32 @@ def test_a_changed_byte_in_a_shared_row_is_caught(tmp_path):
     assert store.rejected == 0 and store.loaded > 0  # the row rewritten is trusted again
 
 
+def test_rows_near_another_are_stored_as_their_difference_and_read_back_exactly(tmp_path):
+    """A shared row that another row of its fragment (stored whole) nearly equals is stored as the XOR with it
+    (``.x``, less than half the whole row's bytes); a new process loads every fragment (no compile) with the same
+    masks; a delta whose base was evicted is caught, its fragment compiled again, and then trusted again."""
+    first = _compile(LARGE, FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0))
+    deltas, whole = sorted(tmp_path.rglob("rows/*.x")), sorted(tmp_path.rglob("rows/*.z"))
+    assert deltas and whole
+    assert sum(p.stat().st_size for p in deltas) / len(deltas) < 0.5 * sum(p.stat().st_size for p in whole) / len(whole)
+    ids = runtime_of("gpt2").encode(vegas.format_instance(INSTANCE, LARGE), add_special_tokens=False).ids
+    library._ROW_CACHE = library._RowCache()  # a new process's view: rows read from disk
+    store = FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0)
+    loaded = _compile(LARGE, store)
+    assert loaded.fragments_compiled == 0 and store.rejected == 0
+    assert all(np.array_equal(a, b) for a, b in zip(_masks(loaded, ids), _masks(first, ids), strict=True))
+    base = next(p for p in whole if any(d.read_bytes()[:40] == p.stem.encode() for d in deltas))
+    base.unlink()  # evicted under a delta that names it
+    library._ROW_CACHE = library._RowCache()
+    store = FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0)
+    rebuilt = _compile(LARGE, store)
+    assert store.rejected > 0 and rebuilt.fragments_compiled == store.rejected
+    assert all(np.array_equal(a, b) for a, b in zip(_masks(rebuilt, ids), _masks(first, ids), strict=True))
+    library._ROW_CACHE = library._RowCache()
+    store = FragmentStore(tmp_path, max_bytes=None, min_compile_seconds=0)
+    assert _compile(LARGE, store).fragments_compiled == 0 and store.rejected == 0  # rewritten, trusted again
+
+
 def test_fragments_are_written_behind_the_compile_and_served_from_memory_until_written(tmp_path):
     gate = threading.Event()
     library._writer().submit(gate.wait, 60)  # the writer busy: what the compile hands it waits
