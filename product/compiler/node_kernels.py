@@ -140,6 +140,33 @@ def group_row(tokens, targets, signature, num_signatures):
 
 
 @njit(**_KERNEL)
+def group_segments(tokens, targets, offsets, signature, num_signatures):
+    """``group_row`` of every segment ``tokens[offsets[k]:offsets[k + 1]]`` in one call (a small regex has about a
+    hundred segments, and a call and its Python around it cost ~8 µs each): the grouped tokens, their bounds per
+    segment, each group's size, target and signature, and the group bounds per segment."""
+    num_segments = len(offsets) - 1
+    out_tokens = np.empty(len(tokens), dtype=np.int32)
+    sizes = np.empty(len(tokens), dtype=np.int64)
+    out_target = np.empty(len(tokens), dtype=np.int64)
+    out_signature = np.empty(len(tokens), dtype=np.int64)
+    token_bounds = np.zeros(num_segments + 1, dtype=np.int64)
+    group_bounds = np.zeros(num_segments + 1, dtype=np.int64)
+    t = g = 0
+    for k in range(num_segments):
+        lo, hi = offsets[k], offsets[k + 1]
+        grouped, bounds, target, sign = group_row(tokens[lo:hi], targets[lo:hi], signature, num_signatures)
+        for i in range(len(grouped)):
+            out_tokens[t] = grouped[i]
+            t += 1
+        for j in range(len(target)):
+            sizes[g] = bounds[j + 1] - bounds[j]
+            out_target[g], out_signature[g] = target[j], sign[j]
+            g += 1
+        token_bounds[k + 1], group_bounds[k + 1] = t, g
+    return out_tokens[:t], token_bounds, sizes[:g], out_target[:g], out_signature[:g], group_bounds
+
+
+@njit(**_KERNEL)
 def join_groups(segments, token_bounds, group_bounds, tokens, sizes, target, signature):
     """``group_row``'s output for a row made of ``segments`` (-1: none), each already grouped: segment k's grouped
     tokens ``tokens[token_bounds[k]:token_bounds[k + 1]]``, its groups' sizes, targets and signatures at

@@ -78,6 +78,7 @@ from product.compiler.node_kernels import (
     distinct_targets,
     entering_keys,
     group_row,
+    group_segments,
     join_groups,
     live_inside,
     mark_dead,
@@ -709,16 +710,9 @@ class _SegmentGroups:
 
     def __init__(self, segments: Segments, signature: np.ndarray, num_signatures: int):
         self.segment_of = segments.segment_of
-        parts = [group_row(segments.tokens[lo:hi], segments.targets[lo:hi], signature, num_signatures)
-                 for lo, hi in zip(segments.offsets[:-1].tolist(), segments.offsets[1:].tolist())]
-        if not parts:
-            parts = [group_row(segments.tokens[:0], segments.targets[:0], signature, num_signatures)]
-        self.token_bounds = row_bounds(np.array([len(p[0]) for p in parts], dtype=np.int64))
-        self.group_bounds = row_bounds(np.array([len(p[2]) for p in parts], dtype=np.int64))
-        self.tokens = np.concatenate([p[0] for p in parts])
-        self.sizes = np.concatenate([np.diff(p[1]) for p in parts]).astype(np.int64)
-        self.target = np.concatenate([p[2] for p in parts]).astype(np.int64)
-        self.signature = np.concatenate([p[3] for p in parts]).astype(np.int64)
+        offsets = segments.offsets if len(segments.offsets) > 1 else np.zeros(2, dtype=np.int64)  # (one, empty)
+        (self.tokens, self.token_bounds, self.sizes, self.target, self.signature,
+         self.group_bounds) = group_segments(segments.tokens, segments.targets, offsets, signature, num_signatures)
 
     def row(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """``group_row``'s output for state ``q``: grouped tokens, group bounds, each group's target and signature."""
