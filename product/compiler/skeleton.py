@@ -277,6 +277,7 @@ class Skeleton:
 
     @staticmethod
     def _key_choice_of(paths: list, exceptions: dict) -> KeyChoice | None:
+        """``key_choice`` from the ways ``_paths_to_cuts`` found, where they have its shape."""
         keyed = [path for path in paths if path[1] is not None]
         if len(keyed) != 1:
             return None
