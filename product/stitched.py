@@ -242,6 +242,55 @@ def _may_enter(sk: Skeleton, roots: frozenset, ctx: int, canonical: CanonicalAut
     return first is None or any(_entry_first_bytes(canonical)[ctx, b] for b in first)
 
 
+def _entry_context(sk: Skeleton, roots: frozenset, ctx: int, canonical: CanonicalAutomaton) -> int:
+    """The context a fragment from ``roots`` entered in ``ctx`` is compiled in: the least open context that every
+    token the fragment can start with (by its first byte) leaves as ``ctx`` does — to the same contexts, inside
+    a piece and at a boundary. A fragment's product depends on its entry context only through its first token (the
+    merge class before a cut forbids nothing), so the fragment is the same one, compiled once: after ``": `` and
+    after ``, `` Llama-3's pre-tokenizer contexts differ, but not on the tokens that start with a space (its 20
+    open contexts are 6 classes there), and every value fragment starts with one. ``ctx`` itself where the
+    fragment's first bytes are not known or it may be empty."""
+    first = sk.first_bytes(roots)
+    if first is None or not 0 <= ctx < canonical.num_open_contexts:
+        return ctx
+    classes, memo = _entry_classes(canonical)
+    key = (first, ctx)
+    found = memo.get(key)
+    if found is None:
+        def of(c: int) -> tuple:
+            return tuple(classes(b)[c] for b in sorted(first))
+
+        mine = of(ctx)
+        found = memo[key] = next(c for c in range(ctx + 1) if of(c) == mine)
+    return found
+
+
+def _entry_classes(canonical: CanonicalAutomaton):
+    """(``classes(b)``: per open context, a class id shared by the contexts that every token starting with byte b
+    leaves alike, computed once per byte; a memo for ``_entry_context``)."""
+
+    def build():
+        first = np.array([b[0] if b else -1 for b in canonical.token_bytes], dtype=np.int64)
+        by_byte: dict[int, list[int]] = {}
+        lock = threading.Lock()
+
+        def classes(b: int) -> list[int]:
+            with lock:
+                found = by_byte.get(b)
+                if found is None:
+                    tokens = np.flatnonzero(first == b)
+                    ids: dict[bytes, int] = {}
+                    found = by_byte[b] = [
+                        ids.setdefault(canonical.inside_next[c, tokens].tobytes()
+                                       + canonical.boundary_next[c, tokens].tobytes(), len(ids))
+                        for c in range(canonical.num_open_contexts)]
+                return found
+
+        return classes, {}
+
+    return per_automaton(canonical, "entry classes", build)
+
+
 def _entry_first_bytes(canonical: CanonicalAutomaton) -> np.ndarray:
     """[open context, byte]: whether some token that context allows (whatever the merge class before it: a fragment
     starts after a hard boundary) starts with that byte."""
@@ -394,7 +443,8 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
                 written[roots, soft] = sk.fragment(roots, soft)
             regex, exits = written[roots, soft]
             try:
-                fragment, compiled = library.get(regex, ctx, dead_exits=dead_exits.get(key, frozenset()), **options)
+                fragment, compiled = library.get(regex, _entry_context(sk, roots, ctx, canonical),
+                                                 dead_exits=dead_exits.get(key, frozenset()), **options)
                 counts[compiled] += 1
                 break
             except _SoftExits as found:
@@ -423,7 +473,7 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
         rejected = {mark[1] for mark in dead if mark[0] == "word"}
         regex, exits = choice.regex()
         try:
-            fragment, compiled = library.get(regex, ctx, dead_exits=frozenset(
+            fragment, compiled = library.get(regex, _entry_context(sk, roots, ctx, canonical), dead_exits=frozenset(
                 mark for mark in dead if not isinstance(mark[0], str)), **options)
         except (_SoftExits, EmptyLanguageError):
             return False
