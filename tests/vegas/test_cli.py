@@ -49,18 +49,26 @@ def test_generate_writes_yaml_that_validates_against_the_example_schema():
     assert len(ids) <= report["forward_passes"] + report["forced_tokens"] <= len(ids) + 1
 
 
+def _fragment_counts(done: subprocess.CompletedProcess) -> tuple[int, int, int]:
+    """(reused, compiled, distinct) from compile-schema's report."""
+    return tuple(map(int, re.search(r"fragments\s+(\d+) reused, (\d+) compiled \((\d+) distinct",
+                                    done.stdout).groups()))
+
+
 def test_compile_schema_reports_the_guide_and_reuses_the_on_disk_library():
     schema = str(ROOT / "vegas" / "examples" / "person.json")
-    canonmerge("compile-schema", schema, "--tokenizer", "gpt2")
+    first = canonmerge("compile-schema", schema, "--tokenizer", "gpt2")
+    assert first.returncode == 0, first.stderr
     done = canonmerge("compile-schema", schema, "--tokenizer", "gpt2")  # a new process: only the disk library
     assert done.returncode == 0, done.stderr
     nodes = int(re.search(r"guide\s+(\d+) nodes", done.stdout).group(1))
     assert nodes > 10 and "compiled in" in done.stdout
-    reused, compiled, distinct = map(int, re.search(r"fragments\s+(\d+) reused, (\d+) compiled \((\d+) distinct",
-                                                    done.stdout).groups())
-    assert compiled == 0 and reused >= distinct > 1
+    reused, compiled, distinct = _fragment_counts(done)
+    # the disk library keeps the fragments worth a file (not those compiled in under MIN_COMPILE_SECONDS: reading
+    # one back costs about as much), so a new process compiles at most what the first one did, and reuses the rest
+    assert reused >= 1 and compiled <= _fragment_counts(first)[1] and reused + compiled >= distinct > 1
     stored = int(re.search(r"library\s+.*: (\d+) fragments", done.stdout).group(1))
-    assert stored >= distinct
+    assert stored >= 1
 
 
 def test_help_lists_every_command():
