@@ -270,7 +270,7 @@ def _entry_classes(canonical: CanonicalAutomaton):
     leaves alike, computed once per byte; a memo for ``_entry_context``)."""
 
     def build():
-        first = np.array([b[0] if b else -1 for b in canonical.token_bytes], dtype=np.int64)
+        first = _token_first_bytes(canonical)
         by_byte: dict[int, list[int]] = {}
         lock = threading.Lock()
 
@@ -296,8 +296,7 @@ def _entry_first_bytes(canonical: CanonicalAutomaton) -> np.ndarray:
     starts after a hard boundary) starts with that byte."""
 
     def build():
-        has_bytes = canonical.token_has_bytes
-        first = np.array([b[0] if b else 0 for b in canonical.token_bytes], dtype=np.int64)
+        has_bytes, first = canonical.token_has_bytes, _token_first_bytes(canonical)
         table = np.zeros((canonical.num_open_contexts, 256), dtype=bool)
         for ctx in range(canonical.num_open_contexts):
             allowed = has_bytes & ((canonical.inside_next[ctx] >= 0) | (canonical.boundary_next[ctx] >= 0))
@@ -305,6 +304,12 @@ def _entry_first_bytes(canonical: CanonicalAutomaton) -> np.ndarray:
         return table
 
     return per_automaton(canonical, "entry_first_bytes", build)
+
+
+def _token_first_bytes(canonical: CanonicalAutomaton) -> np.ndarray:
+    """Each token's first byte (-1: a token of no bytes), per automaton."""
+    return per_automaton(canonical, "token first bytes", lambda: np.array(
+        [b[0] if b else -1 for b in canonical.token_bytes], dtype=np.int64))
 
 
 def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, canonical: CanonicalAutomaton, *,
@@ -396,19 +401,21 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
     sk = Skeleton(skeleton, leaves, canonical, max_states, fine_cuts)
     written: dict[frozenset, tuple[str, list[int]]] = {}
 
+    written_all = False
+
     def write_every_fragment() -> None:
         """Before the first fragment is compiled (not in a warm compile, which compiles none), every cut state's
         fragment written: one too long to write raises FragmentTooLongError then, not after the compiles of the
         fragments met before it (YAML on Llama-3, Kubernetes kb_863: 17.6 s of compiles, then the error). The
         regexes are kept for the instances that read them."""
+        nonlocal written_all
         if not written_all:
-            written_all.append(True)
+            written_all = True
             for q in [sk.start] + [q for q, cut in enumerate(sk.cut) if cut]:
                 checkpoint()
                 if (frozenset([q]), frozenset()) not in written:
                     written[frozenset([q]), frozenset()] = sk.fragment(frozenset([q]))
 
-    written_all: list[bool] = []
     num_open = canonical.num_open_contexts if canonical_only else 1
     options = dict(canonical_only=canonical_only, eos=eos, max_states=max_states, max_transitions=max_transitions,
                    store=store, before_compile=write_every_fragment)

@@ -1,5 +1,8 @@
 """The real tokenizers, their runtimes and canonical automata, loaded once per test process, and the runtime's
-trie of a finite language: the oracles the tests compare against (never mocked)."""
+trie of a finite language: the oracles the tests compare against (never mocked); and a random walk that holds two
+guides of one language to the same mask at every step."""
+
+import numpy as np
 
 from automata import from_regex
 from bpe import load_tokenizer
@@ -39,3 +42,18 @@ def runtime_trie(name: str, pattern: str) -> dict[tuple, set]:
         for k in range(len(ids) + 1):
             trie.setdefault(tuple(ids[:k]), set()).add(ids[k] if k < len(ids) else -1)
     return trie
+
+
+def walk_alike(reference, other, rng, steps: int, pick=None) -> None:
+    """Walk ``reference`` and ``other`` (guides of one language) along random tokens ``reference`` allows,
+    asserting the same mask before each step, until ``steps`` or no token is allowed. ``pick(allowed)``: the
+    token taken (default: uniform over the allowed ones)."""
+    a, b = reference.initial_state, other.initial_state
+    for _ in range(steps):
+        mask = reference.allowed(a)
+        assert np.array_equal(mask, other.allowed(b))
+        allowed = np.flatnonzero(mask[: reference.vocab_size])
+        if not len(allowed):
+            break
+        token = int(pick(allowed)) if pick is not None else int(rng.choice(allowed))
+        a, b = reference.advance(a, token), other.advance(b, token)

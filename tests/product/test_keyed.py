@@ -17,7 +17,7 @@ import yaml
 from product.library import FragmentStore
 from product.runtime.keyed import KeyedGuide
 from product.stitched import FragmentLibrary, compile_stitched
-from tests.support import automaton_of, runtime_of
+from tests.support import automaton_of, runtime_of, walk_alike
 from vegas import format_instance
 from vegas.schema import Compiler
 
@@ -112,17 +112,13 @@ def test_keys_told_apart_as_written_have_the_masks_of_the_written_out_trie(name,
                 instance = json.loads(text) if style == "json" else yaml.safe_load(text)
                 jsonschema.validate(instance, schema)  # what both accept is valid
         toward = _toward_names(schema, runtime, style)
-        for _ in range(12):  # random walks, half their steps along a declared name's text
-            a, b = plain.initial_state, keyed.initial_state
-            for _ in range(48):
-                mask = plain.allowed(a)
-                assert np.array_equal(mask, keyed.allowed(b))
-                allowed = np.flatnonzero(mask[: plain.vocab_size])
-                if not len(allowed):
-                    break
-                near = allowed[toward[allowed]]
-                token = int(rng.choice(near if len(near) and rng.random() < 0.5 else allowed))
-                a, b = plain.advance(a, token), keyed.advance(b, token)
+
+        def pick(allowed):  # half the steps along a declared name's text
+            near = allowed[toward[allowed]]
+            return rng.choice(near if len(near) and rng.random() < 0.5 else allowed)
+
+        for _ in range(12):
+            walk_alike(plain, keyed, rng, 48, pick)
     # the schemas' choices of keys were told apart as written, not written out (in YAML the key after a value
     # shares its fragment with that value: not yet a choice of keys, written out as before)
     assert keyed_instances > 0 or style == "yaml"

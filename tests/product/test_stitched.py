@@ -15,7 +15,7 @@ import vegas
 from product.compiler.skeleton import Skeleton, _inner_pairs
 from product.stitched import PLACEHOLDERS, StitchedGuide, compile_stitched, fragment_library
 from tests.schema_cases import SCHEMAS, VALID
-from tests.support import automaton_of, runtime_of
+from tests.support import automaton_of, runtime_of, walk_alike
 from vegas.schema import Compiler
 
 # schemas whose skeletons branch on overlapping leaves (number | integer in oneOf branches sharing a key), with
@@ -460,12 +460,4 @@ def test_fragments_entered_in_contexts_alike_on_their_first_bytes_are_compiled_o
                 assert np.array_equal(canonical.boundary_next[rep, tokens], canonical.boundary_next[ctx, tokens])
     rng = random.Random(name)
     for _ in range(20):
-        a, b = apart.initial_state, shared.initial_state
-        for _ in range(40):
-            mask = apart.allowed(a)
-            assert np.array_equal(mask, shared.allowed(b))
-            allowed = np.flatnonzero(mask[: apart.vocab_size])
-            if not len(allowed):
-                break
-            token = int(rng.choice(allowed))
-            a, b = apart.advance(a, token), shared.advance(b, token)
+        walk_alike(apart, shared, rng, 40)
