@@ -1,7 +1,8 @@
 """What canonical masks are worth on real tasks, beside the unconstrained model and every peer (issue 37).
 
-One process, one model (SmolLM2-135M-Instruct, ``bpe.assets.reference_model()``, CPU, float32), greedy, the same
-chat prompt for every engine. Engines, each filling its own next-token bitmask with its own matcher (applied to
+One process, one model (``--model``: SmolLM2-135M-Instruct, the reference model, or Qwen2.5-Coder-0.5B-Instruct,
+whose Qwen2 tokenizer is another family: ``bpe.assets.bench_model``; CPU, float32), greedy, the same ChatML prompt
+for every engine. Engines, each filling its own next-token bitmask with its own matcher (applied to
 the logits with one kernel, ``product.apply_bitmask``):
 
 - ``unconstrained``: the model alone; its text is parsed from the first ``{`` or ``[`` on (code fences too);
@@ -25,10 +26,11 @@ masked next-token distribution and the model's own (unmasked) one, averaged over
 distribution *conditioned on the constraint*, which needs the probability of completing every allowed token:
 ``bench/fidelity.py``, exactly, on questions with a few answers.)
 
-Tasks (``bench/task_data.py``): BFCL ``simple_python``, ``multiple``, ``parallel`` (bfcl-eval wheel),
-GSM-Symbolic (reasoning-gym wheel), the first ``--limit`` questions of each.
+Tasks (``bench/task_data.py``): BFCL's single-answer categories (bfcl-eval wheel: simple in Python, Java and
+JavaScript, multiple, parallel, parallel-multiple, their live forms, irrelevance and relevance), GSM-Symbolic
+(reasoning-gym wheel), the first ``--limit`` questions of each.
 
-    nice -n 10 python bench/tasks.py [--limit 20] [--tasks simple_python,multiple,parallel,gsm]
+    nice -n 10 python bench/tasks.py [--limit 20] [--tasks simple_python,multiple,parallel,gsm,...]
                                      [--engines ...] [--max-tokens 160] [--out bench/results/tasks.json]
     python bench/tasks.py --table bench/results/tasks_bfcl.json bench/results/tasks_gsm.json
 
@@ -59,12 +61,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import task_data  # noqa: E402  (bench/, on sys.path as the script's folder)
 
 import vegas  # noqa: E402
-from bpe import compile_tokenizer  # noqa: E402
-from bpe.assets import reference_model, reference_runtime, tokenizer_source  # noqa: E402
+from bpe import compile_tokenizer, load_tokenizer  # noqa: E402
+from bpe.assets import BENCH_MODELS, bench_model  # noqa: E402
+from bpe.loaders import to_runtime_tokenizer  # noqa: E402
 from product import apply_bitmask  # noqa: E402
 
 ENGINES = ("unconstrained", "canonmerge", "canonmerge-any", "llguidance", "xgrammar", "outlines-core")
-TASKS = ("simple_python", "multiple", "parallel", "gsm")
+TASKS = task_data.BFCL_CATEGORIES + ("gsm",)
+DEFAULT_TASKS = ("simple_python", "multiple", "parallel", "gsm")
 SEPARATORS = (", ", ": ")  # canonmerge's JSON layout, asked of llguidance and xgrammar too
 
 BFCL_SYSTEM = ("You are an expert in composing function calls. Given a question and a set of functions, call "
@@ -73,6 +77,10 @@ BFCL_SYSTEM = ("You are an expert in composing function calls. Given a question 
 BFCL_PARALLEL = ("You are an expert in composing function calls. Given a question and a set of functions, make "
                  "every call the question asks for. Reply with only a JSON array of objects {\"name\": <function "
                  "name>, \"arguments\": {<parameter>: <value>, ...}}, one per call.\nThe functions:\n")
+BFCL_RELEVANCE = ("You are an expert in composing function calls. Given a question and a set of functions, make the "
+                  "calls the question asks for, if any of the functions fits it. Reply with only a JSON array of "
+                  "objects {\"name\": <function name>, \"arguments\": {<parameter>: <value>, ...}}, one per call, "
+                  "or [] if none of the functions applies.\nThe functions:\n")
 GSM_SYSTEM = ("Solve the math problem. Reply with only a JSON object {\"reasoning\": <your step-by-step "
               "reasoning>, \"answer\": <the final answer, a number>}.")
 
@@ -92,8 +100,12 @@ def requests(task: str, limit: int) -> list[dict]:
                         "reference": {"reasoning": entry["reasoning"], "answer": entry["answer"]}})
         return out
     for entry in task_data.bfcl_questions(task)[:limit]:
-        system = (BFCL_PARALLEL if task == "parallel" else BFCL_SYSTEM) + json.dumps(entry["function"])
-        user = entry["question"][0][-1]["content"]
+        turn = entry["question"][0]  # (every category taken has one turn; live ones may open with a system message)
+        instructions = ("relevance" in task and BFCL_RELEVANCE or task_data.answers_many(task) and BFCL_PARALLEL
+                        or BFCL_SYSTEM)
+        system = "\n".join([m["content"] for m in turn if m["role"] == "system"]
+                           + [instructions + json.dumps(task_data.model_functions(entry, task))])
+        user = next(m["content"] for m in reversed(turn) if m["role"] == "user")
         out.append({"id": entry["id"], "prompt": chat(system, user), "schema": task_data.answer_schema(entry, task),
                     "check": lambda v, e=entry, t=task: task_data.bfcl_check(e, v, t),
                     "reference": task_data.bfcl_reference(entry, task)})
@@ -365,12 +377,17 @@ def reference_walk(matcher, logp: np.ndarray, ids: list[int], eos: int, vocab_wo
 
 # ---- the run ------------------------------------------------------------------------------------------------
 
-def run(tasks: list[str], engines: list[str], limit: int, max_tokens: int, out: Path | None = None) -> dict:
+MODEL_NAMES = {"smollm2": "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised, float32, CPU)",
+               "qwen2.5-coder-0.5b": "Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, dequantised, float32, CPU)"}
+
+
+def run(tasks: list[str], engines: list[str], limit: int, max_tokens: int, out: Path | None = None,
+        model_name: str = "smollm2") -> dict:
     torch.set_num_threads(1)  # (several runs side by side on a shared machine)
     t0 = time.perf_counter()
-    model = reference_model()
-    runtime = reference_runtime("smollm2")
-    canonical = compile_tokenizer(tokenizer_source("smollm2"))
+    model, gguf = bench_model(model_name)
+    runtime = to_runtime_tokenizer(load_tokenizer(gguf))  # the GGUF's own tokenizer, run by ``tokenizers``
+    canonical = compile_tokenizer(gguf)
     eos, vocab = int(canonical.eos_token_ids[0]), canonical.vocab_size
     vocab_words = (vocab + 31) // 32
     print(f"model, tokenizer and automaton loaded in {time.perf_counter() - t0:.1f} s", flush=True)
@@ -392,9 +409,11 @@ def run(tasks: list[str], engines: list[str], limit: int, max_tokens: int, out: 
             item = queue[task][i]
             prompt = runtime.encode(item["prompt"], add_special_tokens=False).ids
             cache = prefill(model, prompt)  # the prompt's cache, once per question: every engine starts from it
-            ref_text = vegas.format_instance(item["reference"], item["schema"])
-            ref_ids = runtime.encode(ref_text, add_special_tokens=False).ids
-            ref_logp = reference_logprobs(model, prompt, cache, ref_ids, vocab)
+            ref_ids = ref_logp = None  # (a question without a reference answer has no part 2: task_data says which)
+            if item["reference"] is not None:
+                ref_text = vegas.format_instance(item["reference"], item["schema"])
+                ref_ids = runtime.encode(ref_text, add_special_tokens=False).ids
+                ref_logp = reference_logprobs(model, prompt, cache, ref_ids, vocab)
             for engine in engines:
                 if engine != "unconstrained" and engine not in built:
                     continue
@@ -418,8 +437,10 @@ def run(tasks: list[str], engines: list[str], limit: int, max_tokens: int, out: 
                            finished=gen["finished"], valid_json=valid_json,
                            canonical=runtime.encode(text, add_special_tokens=False).ids == gen["ids"])
                 row["schema_valid"] = valid_json and jsonschema.Draft202012Validator(item["schema"]).is_valid(value)
-                row["correct"], row["why"] = item["check"](value) if valid_json else (False, "no JSON")
+                row["correct"], row["why"] = item["check"](value if valid_json else None)  # (no JSON: no call)
                 try:  # part 2: the reference answer under this engine's masks (a fresh matcher)
+                    if ref_ids is None:
+                        raise LookupError("no reference answer")
                     ref_matcher = None if engine == "unconstrained" else built[engine].compile(item["schema"])
                     row["reference"] = reference_walk(ref_matcher, ref_logp, ref_ids, eos, vocab_words, vocab)
                 except Exception as exc:
@@ -428,14 +449,15 @@ def run(tasks: list[str], engines: list[str], limit: int, max_tokens: int, out: 
                 print(f"{task} {engine} {item['id']}: correct={row['correct']} tokens={row['tokens']} "
                       f"passes={row['passes']} {row['wall_s']:.2f}s {text[:100]!r}", flush=True)
             if out is not None:  # after every question: a run stopped early keeps what it measured
-                out.write_text(json.dumps(_result(rows, limit, max_tokens), indent=1, ensure_ascii=False) + "\n")
-    return _result(rows, limit, max_tokens)
+                out.write_text(json.dumps(_result(rows, limit, max_tokens, model_name), indent=1,
+                                          ensure_ascii=False) + "\n")
+    return _result(rows, limit, max_tokens, model_name)
 
 
-def _result(rows: list[dict], limit: int, max_tokens: int) -> dict:
+def _result(rows: list[dict], limit: int, max_tokens: int, model_name: str) -> dict:
     return {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
                         "threads": torch.get_num_threads()},
-            "model": "SmolLM2-135M-Instruct (Q4_1 GGUF, dequantised, float32, CPU)", "limit": limit,
+            "model": MODEL_NAMES[model_name], "limit": limit,
             "max_tokens": max_tokens, "rows": rows, "summary": summarise(rows)}
 
 
@@ -500,10 +522,12 @@ def headline(rows: list[dict]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tasks", default=",".join(TASKS))
+    parser.add_argument("--tasks", default=",".join(DEFAULT_TASKS), help=f"any of {', '.join(TASKS)}")
     parser.add_argument("--engines", default=",".join(ENGINES))
     parser.add_argument("--limit", type=int, default=20, help="questions per task (the first ones)")
     parser.add_argument("--max-tokens", type=int, default=160)
+    parser.add_argument("--model", choices=BENCH_MODELS, default="smollm2",
+                        help="the model (bpe.assets.BENCH_MODELS): SmolLM2-135M, or Qwen2.5-Coder-0.5B (Qwen2 tokenizer)")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "tasks.json")
     parser.add_argument("--table", type=Path, nargs="+", help="print the table of saved results and exit")
     args = parser.parse_args()
@@ -520,7 +544,7 @@ def main() -> None:
     for name in engines:
         if name not in ENGINES:
             parser.error(f"unknown engine {name!r}")
-    result = run(tasks, engines, args.limit, args.max_tokens, args.out)
+    result = run(tasks, engines, args.limit, args.max_tokens, args.out, args.model)
     print(table(result["summary"]))
     args.out.write_text(json.dumps(result, indent=1, ensure_ascii=False) + "\n")
     print(f"wrote {args.out}")

