@@ -9,7 +9,8 @@ the logits with one kernel, ``product.apply_bitmask``):
 - ``canonmerge``: ``vegas.compile_schema`` guides, canonical tokenizations only, JSON layout;
 - ``canonmerge-any``: the same guides with ``canonical_only=False`` (every tokenization: the peers' behaviour);
 - ``llguidance`` 1.9.1 (``grammar_from_json_schema``), ``xgrammar`` 0.2.8 (``compile_json_schema``): canonmerge's
-  layout (``", "``, ``": "``, no other whitespace) through their separator options;
+  layout (``", "``, ``": "``, no other whitespace) through their separator options; ``llguidance-default`` and
+  ``xgrammar-default``: their own default layouts (whitespace left to the model);
 - ``outlines-core`` 0.2.14 (``build_regex_from_schema``): its default layout (``[ ]?`` around separators).
 
 A step where an engine allows exactly one token takes it without a forward pass (every engine), and llguidance
@@ -66,7 +67,8 @@ from bpe.assets import BENCH_MODELS, bench_model  # noqa: E402
 from bpe.loaders import to_runtime_tokenizer  # noqa: E402
 from product import apply_bitmask  # noqa: E402
 
-ENGINES = ("unconstrained", "canonmerge", "canonmerge-any", "llguidance", "xgrammar", "outlines-core")
+ENGINES = ("unconstrained", "canonmerge", "canonmerge-any", "llguidance", "llguidance-default", "xgrammar",
+           "xgrammar-default", "outlines-core")
 TASKS = task_data.BFCL_CATEGORIES + ("gsm",)
 DEFAULT_TASKS = ("simple_python", "multiple", "parallel", "gsm")
 SEPARATORS = (", ", ": ")  # canonmerge's JSON layout, asked of llguidance and xgrammar too
@@ -140,7 +142,7 @@ class _CanonmergeMatcher:
 
 
 class _LLGuidance:
-    def __init__(self, runtime, eos, vocab_size):
+    def __init__(self, runtime, eos, vocab_size, own_layout: bool = False):
         import llguidance
         import llguidance.hf
         import llguidance.torch
@@ -149,11 +151,12 @@ class _LLGuidance:
         self.lib = llguidance
         hf = PreTrainedTokenizerFast(tokenizer_object=runtime, eos_token=runtime.id_to_token(eos))
         self.tokenizer = llguidance.hf.from_tokenizer(hf, n_vocab=vocab_size, eos_token=eos)
+        self.own_layout = own_layout
 
     def compile(self, schema):
-        grammar = self.lib.LLMatcher.grammar_from_json_schema(
-            schema, defaults={"whitespace_flexible": False, "item_separator": SEPARATORS[0],
-                              "key_separator": SEPARATORS[1]})
+        defaults = None if self.own_layout else {"whitespace_flexible": False, "item_separator": SEPARATORS[0],
+                                                 "key_separator": SEPARATORS[1]}
+        grammar = self.lib.LLMatcher.grammar_from_json_schema(schema, defaults=defaults)
         matcher = self.lib.LLMatcher(self.tokenizer, grammar)
         if matcher.is_error():
             raise RuntimeError(matcher.get_error())
@@ -177,7 +180,7 @@ class _LLGuidanceMatcher:
 
 
 class _XGrammar:
-    def __init__(self, runtime, eos, vocab_size):
+    def __init__(self, runtime, eos, vocab_size, own_layout: bool = False):
         import xgrammar
         from transformers import PreTrainedTokenizerFast
 
@@ -185,9 +188,13 @@ class _XGrammar:
         hf = PreTrainedTokenizerFast(tokenizer_object=runtime, eos_token=runtime.id_to_token(eos))
         info = xgrammar.TokenizerInfo.from_huggingface(hf, vocab_size=vocab_size, stop_token_ids=[eos])
         self.compiler = xgrammar.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+        self.own_layout = own_layout
 
     def compile(self, schema):
-        compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=SEPARATORS)
+        if self.own_layout:  # its defaults: any whitespace between tokens
+            compiled = self.compiler.compile_json_schema(json.dumps(schema))
+        else:
+            compiled = self.compiler.compile_json_schema(json.dumps(schema), any_whitespace=False, separators=SEPARATORS)
         return _XGrammarMatcher(self.lib.GrammarMatcher(compiled))
 
 
@@ -245,10 +252,10 @@ def make_engine(name: str, canonical, runtime, library: str):
         return _Canonmerge(canonical, True, library)
     if name == "canonmerge-any":
         return _Canonmerge(canonical, False, library)
-    if name == "llguidance":
-        return _LLGuidance(runtime, eos, vocab)
-    if name == "xgrammar":
-        return _XGrammar(runtime, eos, vocab)
+    if name in ("llguidance", "llguidance-default"):
+        return _LLGuidance(runtime, eos, vocab, own_layout=name.endswith("-default"))
+    if name in ("xgrammar", "xgrammar-default"):
+        return _XGrammar(runtime, eos, vocab, own_layout=name.endswith("-default"))
     if name == "outlines-core":
         return _OutlinesCore(canonical, eos)
     raise ValueError(name)

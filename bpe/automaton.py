@@ -61,7 +61,7 @@ from bpe.unicode_classes import rewritten_by, unicode_source
 
 __all__ = ["CanonicalAutomaton", "DisallowedTokenError", "compile_tokenizer"]
 
-FORMAT_VERSION = 8
+FORMAT_VERSION = 9
 
 
 class DisallowedTokenError(TokenizerError):
@@ -102,6 +102,12 @@ class CanonicalAutomaton:
     - ``pending_offsets``/``pending_tokens``/``pending_next``: sparse rows for contexts with an unfinished
       character (context ids ``num_open ..``).
     - ``context_final``: bool[contexts]: the text may end here.
+    - ``marked_transitions``/``marked_final``: the pre-tokenizer's marked-text DFA (``bpe.pretokenizer.
+      Segmentation``: int32[states, symbols + 1], the last column ``#``), ``symbol_starts``/``symbol_values``: its
+      symbol of each code point as runs (code points ``symbol_starts[i]..`` up to the next start have symbol
+      ``symbol_values[i]``), ``context_states``: uint64[open contexts], the marked-DFA states each open context may
+      be in (bit s: state s). What a character-level question about piece boundaries needs
+      (``product.compiler.boundaries``).
     - ``token_blob``/``token_offsets``/``token_has_bytes``/``eos_token_ids``: the vocabulary itself (token t is
       ``token_blob[token_offsets[t]:token_offsets[t+1]]``; special tokens have no bytes), so a compiled
       automaton is all a constraint compiler needs.
@@ -120,6 +126,11 @@ class CanonicalAutomaton:
     pending_tokens: np.ndarray
     pending_next: np.ndarray
     context_final: np.ndarray
+    marked_transitions: np.ndarray
+    marked_final: np.ndarray
+    symbol_starts: np.ndarray
+    symbol_values: np.ndarray
+    context_states: np.ndarray
     token_blob: np.ndarray
     token_offsets: np.ndarray
     token_has_bytes: np.ndarray
@@ -274,7 +285,8 @@ class CanonicalAutomaton:
     # ---- storage ------------------------------------------------------------------------------------------
     _FIELDS = ("merge_class", "after_class", "forbid_order", "forbid_position", "forbid_starts", "forbid_ends",
                "forbid_offsets", "boundary_next", "inside_next", "pending_offsets", "pending_tokens",
-               "pending_next", "context_final", "token_blob", "token_offsets", "token_has_bytes", "eos_token_ids")
+               "pending_next", "context_final", "marked_transitions", "marked_final", "symbol_starts", "symbol_values",
+               "context_states", "token_blob", "token_offsets", "token_has_bytes", "eos_token_ids")
 
     def digest(self, key: str) -> str:
         """SHA-256 over ``key``, the format version and every array (what a saved file is checked against; also
@@ -432,8 +444,18 @@ def build_canonical_automaton(tokenizer: Tokenizer, *, progress=None) -> Canonic
         pending_tokens=cat([t for t, _ in builder.pending_rows], np.int32),
         pending_next=cat([n for _, n in builder.pending_rows], index_type),
         context_final=np.array(builder.final, dtype=bool),
+        **_marked_arrays(segmentation, builder.open_states),
         **_vocabulary_arrays(tokenizer),
     )
+
+
+def _marked_arrays(segmentation: Segmentation, open_states: list[int]) -> dict[str, np.ndarray]:
+    table = np.asarray(segmentation.symbols)
+    starts = np.flatnonzero(np.diff(table, prepend=np.array([-1], dtype=np.int64)) != 0)
+    return {"marked_transitions": segmentation.transitions.astype(np.int32),
+            "marked_final": segmentation.final.astype(bool),
+            "symbol_starts": starts.astype(np.int32), "symbol_values": table[starts].astype(np.int32),
+            "context_states": np.array(open_states, dtype=np.uint64)}
 
 
 def _vocabulary_arrays(tokenizer: Tokenizer) -> dict[str, np.ndarray]:
@@ -798,3 +820,4 @@ class _ContextBuilder:
         self.inside_rows = [new_of[self.inside_rows[c]] for c in kept_open]
         self.pending_rows = [(self.pending_rows[r][0], new_of[self.pending_rows[r][1]]) for r in kept_pending]
         self.final = [self.final[c] for c in keep.tolist()]
+        self.open_states = [self.open_keys[c][0] for c in kept_open]  # (a block's members are alike on every token)

@@ -750,6 +750,10 @@ def _any_tokenization(canonical: CanonicalAutomaton) -> CanonicalAutomaton:
             forbid_offsets=np.zeros(2, np.int64), boundary_next=row, inside_next=np.full_like(row, -1),
             pending_offsets=np.zeros(1, np.int64), pending_tokens=np.zeros(0, np.int32),
             pending_next=np.zeros(0, np.int16), context_final=np.ones(1, bool),
+            # one marked-DFA state that takes a boundary before every character
+            marked_transitions=np.zeros((1, 2), np.int32), marked_final=np.ones(1, bool),
+            symbol_starts=np.zeros(1, np.int32), symbol_values=np.zeros(1, np.int32),
+            context_states=np.ones(1, np.uint64),
             token_blob=canonical.token_blob, token_offsets=canonical.token_offsets,
             token_has_bytes=canonical.token_has_bytes, eos_token_ids=canonical.eos_token_ids)
 

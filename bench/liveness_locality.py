@@ -1,0 +1,111 @@
+"""How much of a guide a generation needs, and how much of its liveness a piece boundary settles (issue 35's lazy
+guides; docs/design.md, "Liveness decided locally").
+
+Per schema (MaskBench Github_easy, whole-regex guides, ``vegas.schema_regex``): the product nodes the eager
+construction builds; the nodes random walks visit (``--walks`` walks of uniformly random allowed tokens, up to 200
+tokens each); and among the open nodes the eager fixpoint finds live in every merge class, those
+``product.compiler.boundaries.break_possible`` settles without the product (it must never settle a node the
+fixpoint finds dead in some class: counted as violations, expected 0).
+
+    python bench/liveness_locality.py [--tokenizer llama3] [--limit 40] [--walks 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from automata.regex import from_regex  # noqa: E402
+from bpe import compile_tokenizer  # noqa: E402
+from bpe.assets import tokenizer_source  # noqa: E402
+from product.compiler.boundaries import break_possible  # noqa: E402
+from product.compiler.node_kernels import NONE_DEAD  # noqa: E402
+from product.compiler.tables import vocabulary_trie  # noqa: E402
+from product.compiler.token_regex import TokenTransitions  # noqa: E402
+from product.runtime.guide import Guide  # noqa: E402
+from vegas import schema_regex  # noqa: E402
+
+MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "maskbench"
+
+
+def measure(path: str, canonical, trie, walks: int, rng) -> dict | None:
+    data = json.loads(Path(path).read_text())
+    try:
+        regex = schema_regex(data.get("schema", data))
+        if len(regex) > 20_000:
+            return None
+        dfa = from_regex(regex, max_states=5000)
+        start = time.perf_counter()
+        guide = Guide(TokenTransitions.build(dfa, trie), canonical)
+        compile_s = time.perf_counter() - start
+    except Exception:  # (schemas these guides do not take whole: the stitched path's business)
+        return None
+    start = time.perf_counter()
+    possible = break_possible(dfa, canonical)
+    boundary_s = time.perf_counter() - start
+    eos, visited = set(guide.eos_token_ids), set()
+    for _ in range(walks):
+        state = guide.initial_state
+        for _ in range(200):
+            visited.add(guide._split(state)[0])
+            tokens = np.flatnonzero(guide.allowed(state)[:canonical.vocab_size])
+            if not len(tokens):
+                break
+            token = int(rng.choice(tokens))
+            if token in eos:
+                break
+            state = guide.advance(state, token)
+    is_open = ~guide._is_pending
+    q, ctx = guide._node_q[is_open], guide._node_ctx[is_open]
+    live = guide._status[is_open] == NONE_DEAD
+    settled = possible[q, ctx]
+    seen = np.zeros(guide.num_nodes, dtype=bool)
+    seen[list(visited)] = True
+    return {"schema": Path(path).name, "nodes": guide.num_nodes, "open_nodes": int(is_open.sum()),
+            "visited": int(seen.sum()), "visited_open": int((seen & ~guide._is_pending).sum()),
+            "live_open": int(live.sum()), "settled": int((settled & live).sum()),
+            "violations": int((settled & ~live).sum()), "compile_s": compile_s, "boundary_test_s": boundary_s}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tokenizer", default="llama3")
+    parser.add_argument("--limit", type=int, default=40, help="schema files tried (the first, by name)")
+    parser.add_argument("--walks", type=int, default=30)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    canonical = compile_tokenizer(tokenizer_source(args.tokenizer))
+    trie, rng = vocabulary_trie(canonical), np.random.default_rng(0)
+    rows = []
+    for path in sorted(glob.glob(str(MASKBENCH / "Github_easy---*.json")))[:args.limit]:
+        row = measure(path, canonical, trie, args.walks, rng)
+        if row:
+            rows.append(row)
+            print(f"{row['schema'][:32]:32s} nodes {row['nodes']:6d} (open {row['open_nodes']:5d})  visited "
+                  f"{row['visited']:5d} (open {row['visited_open']:4d})  settled {row['settled']:4d}/{row['live_open']:4d}"
+                  f"  compile {row['compile_s'] * 1e3:7.1f} ms  boundary test {row['boundary_test_s'] * 1e3:6.1f} ms",
+                  flush=True)
+    total = {k: sum(r[k] for r in rows) for k in ("nodes", "open_nodes", "visited", "visited_open", "live_open",
+                                                  "settled", "violations")}
+    print(f"\n{len(rows)} schemas, {args.tokenizer}: {total['nodes']:,} nodes built, {total['visited']:,} visited by "
+          f"{args.walks} walks each ({total['visited'] / total['nodes']:.1%}); open nodes live in every class settled "
+          f"by the boundary test: {total['settled']:,} of {total['live_open']:,} "
+          f"({total['settled'] / max(1, total['live_open']):.1%}); violations {total['violations']}; boundary test "
+          f"{np.median([r['boundary_test_s'] for r in rows]) * 1e3:.1f} ms median per schema (compile "
+          f"{np.median([r['compile_s'] for r in rows]) * 1e3:.1f} ms)")
+    out = args.out or Path(__file__).parent / "results" / f"liveness_locality_{args.tokenizer}.json"
+    out.write_text(json.dumps({"tokenizer": args.tokenizer, "walks": args.walks, "rows": rows, "total": total},
+                              indent=1) + "\n")
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
