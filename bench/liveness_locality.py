@@ -1,11 +1,13 @@
-"""How much of a guide a generation needs, and how much of its liveness a piece boundary settles (issue 35's lazy
-guides; docs/design.md, "Liveness decided locally").
+"""How much of a guide a generation needs, how much of its liveness a piece boundary settles, and what building
+only that costs (issue 35's lazy guides; docs/design.md, "Liveness decided locally").
 
 Per schema (MaskBench Github_easy, whole-regex guides, ``vegas.schema_regex``): the product nodes the eager
 construction builds; the nodes random walks visit (``--walks`` walks of uniformly random allowed tokens, up to 200
-tokens each); and among the open nodes the eager fixpoint finds live in every merge class, those
+tokens each); among the open nodes the eager fixpoint finds live in every merge class, those
 ``product.compiler.boundaries.break_possible`` settles without the product (it must never settle a node the
-fixpoint finds dead in some class: counted as violations, expected 0).
+fixpoint finds dead in some class: counted as violations, expected 0); and the time to the first mask of the eager
+guide (token rows + guide) beside ``product.runtime.lazy.LazyGuide``'s (boundary test + the start node's row and
+targets), whose masks are compared with the eager guide's at every step of the same walks (mismatches, expected 0).
 
     python bench/liveness_locality.py [--tokenizer llama3] [--limit 40] [--walks 30]
 """
@@ -31,6 +33,7 @@ from product.compiler.node_kernels import NONE_DEAD  # noqa: E402
 from product.compiler.tables import vocabulary_trie  # noqa: E402
 from product.compiler.token_regex import TokenTransitions  # noqa: E402
 from product.runtime.guide import Guide  # noqa: E402
+from product.runtime.lazy import LazyGuide  # noqa: E402
 from vegas import schema_regex  # noqa: E402
 
 MASKBENCH = Path(__file__).resolve().parents[2] / "shared" / "maskbench"
@@ -45,24 +48,31 @@ def measure(path: str, canonical, trie, walks: int, rng) -> dict | None:
         dfa = from_regex(regex, max_states=5000)
         start = time.perf_counter()
         guide = Guide(TokenTransitions.build(dfa, trie), canonical)
+        guide.allowed(guide.initial_state)
         compile_s = time.perf_counter() - start
     except Exception:  # (schemas these guides do not take whole: the stitched path's business)
         return None
     start = time.perf_counter()
+    lazy = LazyGuide(dfa, canonical)
+    lazy.allowed(lazy.initial_state)
+    lazy_s = time.perf_counter() - start
+    start = time.perf_counter()
     possible = break_possible(dfa, canonical)
     boundary_s = time.perf_counter() - start
-    eos, visited = set(guide.eos_token_ids), set()
+    eos, visited, mismatches = set(guide.eos_token_ids), set(), 0
     for _ in range(walks):
-        state = guide.initial_state
+        state, lazy_state = guide.initial_state, lazy.initial_state
         for _ in range(200):
             visited.add(guide._split(state)[0])
-            tokens = np.flatnonzero(guide.allowed(state)[:canonical.vocab_size])
+            mask = guide.allowed(state)
+            mismatches += not np.array_equal(mask, lazy.allowed(lazy_state))
+            tokens = np.flatnonzero(mask[:canonical.vocab_size])
             if not len(tokens):
                 break
             token = int(rng.choice(tokens))
             if token in eos:
                 break
-            state = guide.advance(state, token)
+            state, lazy_state = guide.advance(state, token), lazy.advance(lazy_state, token)
     is_open = ~guide._is_pending
     q, ctx = guide._node_q[is_open], guide._node_ctx[is_open]
     live = guide._status[is_open] == NONE_DEAD
@@ -72,7 +82,8 @@ def measure(path: str, canonical, trie, walks: int, rng) -> dict | None:
     return {"schema": Path(path).name, "nodes": guide.num_nodes, "open_nodes": int(is_open.sum()),
             "visited": int(seen.sum()), "visited_open": int((seen & ~guide._is_pending).sum()),
             "live_open": int(live.sum()), "settled": int((settled & live).sum()),
-            "violations": int((settled & ~live).sum()), "compile_s": compile_s, "boundary_test_s": boundary_s}
+            "violations": int((settled & ~live).sum()), "compile_s": compile_s, "boundary_test_s": boundary_s,
+            "lazy_first_mask_s": lazy_s, "lazy_nodes_with_rows": len(lazy._rows), "mask_mismatches": mismatches}
 
 
 def main() -> None:
@@ -91,16 +102,19 @@ def main() -> None:
             rows.append(row)
             print(f"{row['schema'][:32]:32s} nodes {row['nodes']:6d} (open {row['open_nodes']:5d})  visited "
                   f"{row['visited']:5d} (open {row['visited_open']:4d})  settled {row['settled']:4d}/{row['live_open']:4d}"
-                  f"  compile {row['compile_s'] * 1e3:7.1f} ms  boundary test {row['boundary_test_s'] * 1e3:6.1f} ms",
+                  f"  first mask: eager {row['compile_s'] * 1e3:7.1f} ms, lazy {row['lazy_first_mask_s'] * 1e3:6.1f} ms",
                   flush=True)
     total = {k: sum(r[k] for r in rows) for k in ("nodes", "open_nodes", "visited", "visited_open", "live_open",
-                                                  "settled", "violations")}
+                                                  "settled", "violations", "mask_mismatches")}
     print(f"\n{len(rows)} schemas, {args.tokenizer}: {total['nodes']:,} nodes built, {total['visited']:,} visited by "
           f"{args.walks} walks each ({total['visited'] / total['nodes']:.1%}); open nodes live in every class settled "
           f"by the boundary test: {total['settled']:,} of {total['live_open']:,} "
-          f"({total['settled'] / max(1, total['live_open']):.1%}); violations {total['violations']}; boundary test "
-          f"{np.median([r['boundary_test_s'] for r in rows]) * 1e3:.1f} ms median per schema (compile "
-          f"{np.median([r['compile_s'] for r in rows]) * 1e3:.1f} ms)")
+          f"({total['settled'] / max(1, total['live_open']):.1%}); violations {total['violations']}.\nTime to the first "
+          f"mask, p50 / max: eager {np.median([r['compile_s'] for r in rows]) * 1e3:.1f} / "
+          f"{max(r['compile_s'] for r in rows) * 1e3:.1f} ms, lazy {np.median([r['lazy_first_mask_s'] for r in rows]) * 1e3:.1f}"
+          f" / {max(r['lazy_first_mask_s'] for r in rows) * 1e3:.1f} ms (boundary test "
+          f"{np.median([r['boundary_test_s'] for r in rows]) * 1e3:.1f} ms p50); masks differing along the walks: "
+          f"{total['mask_mismatches']}")
     out = args.out or Path(__file__).parent / "results" / f"liveness_locality_{args.tokenizer}.json"
     out.write_text(json.dumps({"tokenizer": args.tokenizer, "walks": args.walks, "rows": rows, "total": total},
                               indent=1) + "\n")

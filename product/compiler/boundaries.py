@@ -21,6 +21,7 @@ deciding those is the token-level search this module leaves to its caller.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from automata.dfa import DFA
 from bpe.automaton import CanonicalAutomaton
@@ -41,10 +42,15 @@ def character_edges(dfa: DFA, canonical: CanonicalAutomaton) -> tuple[np.ndarray
     starts, values = canonical.symbol_starts, canonical.symbol_values
     src, sym, dst = [], [], []
 
+    symbols_in: dict[tuple[int, int], list[int]] = {}  # (the same ranges recur in every state reading them)
+
     def add(q: int, lo: int, hi: int, target: int) -> None:
-        first = int(np.searchsorted(starts, lo, side="right")) - 1
-        last = int(np.searchsorted(starts, hi, side="right")) - 1
-        for s in np.unique(values[first:last + 1]).tolist():
+        found = symbols_in.get((lo, hi))
+        if found is None:
+            first = int(np.searchsorted(starts, lo, side="right")) - 1
+            last = int(np.searchsorted(starts, hi, side="right")) - 1
+            found = symbols_in[(lo, hi)] = np.unique(values[first:last + 1]).tolist()
+        for s in found:
             src.append(q), sym.append(s), dst.append(target)
 
     def follow(q: int, state: int, lo: int, hi: int, need: int) -> None:
@@ -69,9 +75,10 @@ def character_edges(dfa: DFA, canonical: CanonicalAutomaton) -> tuple[np.ndarray
                     follow(q, target, base + b * span, base + (e + 1) * span - 1, need - 1)
                 b = e + 1
 
-    for q in range(dfa.num_states):
-        for byte in np.flatnonzero(T[q, :0x80] >= 0).tolist():
-            add(q, byte, byte, int(T[q, byte]))
+    ascii_q, ascii_b = np.nonzero(T[:, :0x80] >= 0)  # one byte, one character: all states at once
+    ascii_symbol = values[np.searchsorted(starts, np.arange(0x80), side="right") - 1]
+    src.extend(ascii_q.tolist()), sym.extend(ascii_symbol[ascii_b].tolist()), dst.extend(T[ascii_q, ascii_b].tolist())
+    for q in np.flatnonzero((T[:, 0xC2:0xF5] >= 0).any(axis=1)).tolist():  # the few states reading longer ones
         for first, last, length in _LEADS:
             for lead in range(first, last + 1):
                 target = int(T[q, lead])
@@ -87,31 +94,56 @@ def break_possible(dfa: DFA, canonical: CanonicalAutomaton) -> np.ndarray:
     state, some non-empty completion makes the pre-tokenizer place a piece boundary right here. (The text ending
     here instead is ``accepting[q] and context_final[ctx]``.)"""
     marked, final = canonical.marked_transitions, canonical.marked_final
-    hash_column = marked.shape[1] - 1
     src, sym, dst = character_edges(dfa, canonical)
     Q, S = dfa.num_states, len(final)
-    # reach[q, m]: from constraint state q and marked state m, a completion is read to an accepting, final pair
-    # (the DFA may put boundaries anywhere it allows among the characters).
-    reach = dfa.accepting[:, None] & final[None, :]
-    hash_next = marked[:, hash_column]
-    next_marked = marked[:, sym].T  # [edges, S]: the marked state after each edge's symbol, from each m
-    while True:
-        after_char = np.zeros((Q, S), dtype=bool)
-        ok = next_marked >= 0
-        hit = ok & reach[dst[:, None], np.maximum(next_marked, 0)]
-        np.logical_or.at(after_char, src, hit)
-        grown = reach | after_char
-        has_hash = hash_next >= 0
-        grown[:, has_hash] |= after_char[:, hash_next[has_hash]]  # a boundary, then a character
-        if (grown == reach).all():
-            break
-        reach = grown
-    # Non-empty: '#' first, then at least one character.
-    first_char = np.zeros((Q, S), dtype=bool)
-    np.logical_or.at(first_char, src, (next_marked >= 0) & reach[dst[:, None], np.maximum(next_marked, 0)])
-    possible = np.zeros((Q, S), dtype=bool)  # [q, m]: '#' from m, then a character
+    # Incoming character edges per constraint state, and the marked DFA inverted (per symbol and target state, the
+    # states it comes from; per state, the states whose '#' leads to it).
+    order = np.argsort(dst, kind="stable")
+    in_bounds = np.searchsorted(dst[order], np.arange(Q + 1)).astype(np.int64)
+    in_src, in_sym = src[order].astype(np.int64), sym[order].astype(np.int64)
+    hash_next = marked[:, -1].astype(np.int64)
+    reach, after_char = _backward(Q, S, dfa.accepting, final, marked.astype(np.int64), hash_next, in_bounds, in_src,
+                                  in_sym)
+    possible = np.zeros((Q, S), dtype=bool)  # [q, m]: '#' from m, then a character (a non-empty completion)
     has_hash = hash_next >= 0
-    possible[:, has_hash] = first_char[:, hash_next[has_hash]]
+    possible[:, has_hash] = after_char[:, hash_next[has_hash]]
     states = canonical.context_states
     bits = ((states[:, None] >> np.arange(S, dtype=np.uint64)[None, :]) & np.uint64(1)).astype(bool)  # [ctx, S]
     return (possible[:, None, :] & bits[None, :, :]).any(axis=2)
+
+
+@njit(cache=True)
+def _backward(Q, S, accepting, final, marked, hash_next, in_bounds, in_src, in_sym):
+    """reach[q, m]: from constraint state q and marked state m, some completion is read to an accepting, final
+    pair (boundaries wherever the marked DFA allows them, each followed by a character); after_char[q, m]: the
+    same, its first step a character. A backward search from the accepting pairs over the product's edges."""
+    reach = np.zeros((Q, S), dtype=np.bool_)
+    after_char = np.zeros((Q, S), dtype=np.bool_)
+    stack = np.empty(2 * Q * S + 1, dtype=np.int64)
+    top = 0
+    for q in range(Q):
+        if accepting[q]:
+            for m in range(S):
+                if final[m]:
+                    reach[q, m] = True
+                    stack[top] = q * S + m
+                    top += 1
+    while top > 0:
+        top -= 1
+        q2, m2 = divmod(stack[top], S)
+        for e in range(in_bounds[q2], in_bounds[q2 + 1]):  # a character read from (q, m) lands on (q2, m2)
+            q, symbol = in_src[e], in_sym[e]
+            for m in range(S):
+                if marked[m, symbol] != m2 or after_char[q, m]:
+                    continue
+                after_char[q, m] = True
+                if not reach[q, m]:
+                    reach[q, m] = True
+                    stack[top] = q * S + m
+                    top += 1
+                for m0 in range(S):  # '#' from m0, then that character
+                    if hash_next[m0] == m and not reach[q, m0]:
+                        reach[q, m0] = True
+                        stack[top] = q * S + m0
+                        top += 1
+    return reach, after_char

@@ -1,0 +1,282 @@
+"""A regex guide built as it is walked: a node's rows and its targets' liveness on first visit (issue 35).
+
+``product.compiler.tables.CompiledGuide`` builds every product node (regex state, canonical context) and solves
+liveness over all of them before the first mask; a generation visits about 1 % of them
+(``bench/liveness_locality.py``). ``LazyGuide`` serves the same masks and builds only what is asked:
+
+- a node's candidate tokens on first visit: the regex state's row (``TokenTransitions``) split as the canonical
+  automaton splits it — X (a boundary must precede the token), Y (the token may continue the piece: allowed iff not
+  forbidden after the merge class), Z (it may do either: its boundary target, taken iff forbidden);
+- each candidate's target liveness, for the merge class the token leaves behind (``after_class``): a target where
+  the text may end, or where some completion lets the pre-tokenizer place a piece boundary
+  (``product.compiler.boundaries.break_possible``), is live in every merge class; the others are *forced* — the
+  text must go on inside the current piece (the rest of a literal, an unfinished character) — and are decided by
+  a least fixpoint over the forced region reachable from them, for the merge classes that enter it;
+- ``mask(node, mc) = X | (Y & ~F[mc]) | (Z & F[mc])`` (+ EOS where the text may end), cached per state.
+
+So every allowed token still leads to a live state, and the masks equal the eager guide's (tested state by state
+along walks). Leaves out (for now): counted repetitions, stitched fragments, packed batch masks, the any-
+tokenization comparison mode; the region fixpoint is Python over numpy (a tokenizer without pre-tokenizer splits,
+such as Mistral's, has no boundary to settle anything: its forced region is the whole product).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from automata import EmptyLanguageError
+from automata.dfa import DFA
+from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
+from product.compiler.boundaries import break_possible
+from product.compiler.tables import guide_eos, vocabulary_trie
+
+__all__ = ["LazyGuide"]
+
+_X, _Y, _Z = 0, 1, 2  # how a candidate is allowed: always / iff not forbidden / iff forbidden
+
+
+class LazyGuide:
+    """Masks of the canonical tokenizations of a regex's language, nodes built on first visit. A state is
+    ``node * num_merge_classes + merge_class``, as in ``Guide``."""
+
+    @staticmethod
+    def helps(canonical: CanonicalAutomaton) -> bool:
+        """Whether the tokenizer's pre-tokenizer places piece boundaries at all: without them (SentencePiece BPE
+        such as Mistral's: the whole text is one piece) nothing is settled locally, every liveness question is the
+        whole product's, and the eager ``Guide`` answers it faster."""
+        return bool((canonical.marked_transitions[:, -1] >= 0).any())
+
+    def __init__(self, dfa: DFA, canonical: CanonicalAutomaton, *, eos_token_ids=None):
+        self._canonical = canonical
+        self._table = np.ascontiguousarray(dfa.transitions)
+        self._trie = vocabulary_trie(canonical)
+        self._state_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._accepting = dfa.accepting
+        self._break = break_possible(dfa, canonical)  # [DFA state, open context]
+        self._M, self._num_open = canonical.num_merge_classes, canonical.num_open_contexts
+        self._forbidden_sizes: dict[int, int] = {}
+        self.vocab_size = canonical.vocab_size
+        self.eos_token_ids = guide_eos(canonical, eos_token_ids)
+        self._node_of: dict[tuple[int, int], int] = {}
+        self._keys: list[tuple[int, int]] = []
+        self._candidates: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._live: dict[tuple[int, int], bool] = {}
+        self._masks: dict[int, np.ndarray] = {}
+        start = self._node(dfa.start, 0)
+        self.initial_state = start * self._M + canonical.start_class % self._M
+        if not self._is_live(start, canonical.start_class % self._M):
+            raise EmptyLanguageError("no string the regex accepts has a canonical tokenization over this vocabulary")
+
+    # ---- nodes -----------------------------------------------------------------------------------------------
+    def _node(self, q: int, ctx: int) -> int:
+        key = (int(q), int(ctx))
+        node = self._node_of.get(key)
+        if node is None:
+            node = self._node_of[key] = len(self._keys)
+            self._keys.append(key)
+        return node
+
+    def _final(self, node: int) -> bool:
+        q, ctx = self._keys[node]
+        return bool(self._accepting[q]) and bool(self._canonical.context_final[ctx])
+
+    def _settled(self, node: int) -> bool:
+        """Live in every merge class, known without looking further (module docstring)."""
+        q, ctx = self._keys[node]
+        return self._final(node) or (ctx < self._num_open and bool(self._break[q, ctx]))
+
+    def _settled_targets(self, targets: np.ndarray) -> np.ndarray:
+        unique, inverse = np.unique(targets, return_inverse=True)
+        return np.array([self._settled(v) for v in unique.tolist()], dtype=bool)[inverse]
+
+    def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens, target nodes, kind) of every token the regex state reads and the context lets through some
+        way, before liveness: a token both inside and boundary-able appears twice (kinds Y and Z)."""
+        if node not in self._candidates:
+            q, ctx = self._keys[node]
+            tokens, targets = self._row(q)
+            a = self._canonical
+            if ctx < self._num_open:
+                inside, boundary = a.inside_next[ctx, tokens].astype(np.int64), a.boundary_next[ctx, tokens].astype(np.int64)
+                x = (inside < 0) & (boundary >= 0)
+                y = inside >= 0
+                z = y & (boundary >= 0)
+                parts = [(tokens[x], targets[x], boundary[x], _X), (tokens[y], targets[y], inside[y], _Y),
+                         (tokens[z], targets[z], boundary[z], _Z)]
+            else:
+                row = ctx - self._num_open
+                lo, hi = a.pending_offsets[row], a.pending_offsets[row + 1]
+                finishers, nxt = a.pending_tokens[lo:hi].astype(np.int64), a.pending_next[lo:hi].astype(np.int64)
+                where = np.searchsorted(tokens, finishers)
+                hit = (where < len(tokens)) & (tokens[np.minimum(where, len(tokens) - 1)] == finishers)
+                parts = [(finishers[hit], targets[where[hit]], nxt[hit], _Y)]
+            out_t, out_n, out_k = [], [], []
+            for toks, qs, ctxs, kind in parts:
+                keys = qs * (1 << 32) + ctxs
+                unique, inverse = np.unique(keys, return_inverse=True)
+                ids = np.array([self._node(k >> 32, k & 0xFFFFFFFF) for k in unique.tolist()], dtype=np.int64)
+                out_t.append(toks), out_n.append(ids[inverse]), out_k.append(np.full(len(toks), kind, np.int8))
+            self._candidates[node] = (np.concatenate(out_t), np.concatenate(out_n), np.concatenate(out_k))
+        return self._candidates[node]
+
+    def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """The tokens regex state ``q`` reads (ascending) and the states they reach: one walk of the vocabulary
+        trie, on first use."""
+        if q not in self._state_rows:
+            t = self._trie
+            self._state_rows[q] = _state_row(self._table, t.node_depth, t.node_byte, t.subtree_end, t.token_lo,
+                                             t.node_tokens, q)
+        return self._state_rows[q]
+
+    # ---- liveness --------------------------------------------------------------------------------------------
+    def _is_live(self, node: int, mc: int) -> bool:
+        if self._settled(node):
+            return True
+        if (node, mc) not in self._live:
+            self._solve_region(node, mc)
+        return self._live[(node, mc)]
+
+    def _solve_region(self, node: int, mc: int) -> None:
+        """Liveness of (node, mc) and of every (forced node, merge class) it depends on: the forced nodes reachable
+        through forced nodes, each for the merge classes that enter it; a least fixpoint (live iff some allowed
+        edge reaches a settled node or a live pair)."""
+        after = self._canonical.after_class
+        need: dict[int, set[int]] = {node: {mc}}
+        order, seen = [node], {node}
+        while order:  # the forced region and the classes entering each of its nodes
+            n = order.pop()
+            tokens, targets, _ = self._edges(n)
+            forced = ~self._settled_targets(targets)
+            for t, v in zip(tokens[forced].tolist(), targets[forced].tolist()):
+                need.setdefault(v, set()).add(int(after[t]))
+                if v not in seen:
+                    seen.add(v)
+                    order.append(v)
+        live: dict[tuple[int, int], bool] = {}
+        waiting: dict[int, tuple[list[int], list[int], list[int], list[int], list[int]]] = {}
+        for n, classes in need.items():
+            tokens, targets, kind = self._edges(n)
+            sure = self._settled_targets(targets)
+            forced = np.flatnonzero(~sure)
+            waiting[n] = (tokens[forced].tolist(), kind[forced].tolist(), targets[forced].tolist(),
+                          after[tokens[forced]].tolist(), [])
+            for c in classes:
+                if (n, c) not in self._live:
+                    live[(n, c)] = self._reaches_settled(tokens[sure], kind[sure], c)
+        changed = True
+        while changed:  # (forced regions are small where the pre-tokenizer splits: a literal's tail, a character)
+            changed = False
+            for (n, c), ok in live.items():
+                if ok:
+                    continue
+                tokens, kinds, targets, afters, _ = waiting[n]
+                for t, k, v, ac in zip(tokens, kinds, targets, afters):
+                    if live.get((v, ac), self._live.get((v, ac), False)) and self._allows(k, c, t):
+                        live[(n, c)] = changed = True
+                        break
+        self._live.update(live)
+
+    def _reaches_settled(self, tokens: np.ndarray, kind: np.ndarray, mc: int) -> bool:
+        """Whether merge class ``mc`` allows one of these edges (each into a node live in every class)."""
+        if (kind == _X).any():
+            return True
+        inside = tokens[kind == _Y]
+        if len(inside) > self._forbidden_size(mc):  # (F[mc] is too small to hold them all)
+            return True
+        forbidden = self._canonical.forbids(mc, tokens)
+        return bool((((kind == _Y) & ~forbidden) | ((kind == _Z) & forbidden)).any())
+
+    def _forbidden_size(self, mc: int) -> int:
+        """How many tokens merge class ``mc`` forbids."""
+        if mc not in self._forbidden_sizes:
+            a = self._canonical
+            lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
+            self._forbidden_sizes[mc] = int((a.forbid_ends[lo:hi] - a.forbid_starts[lo:hi]).sum())
+        return self._forbidden_sizes[mc]
+
+    def _allows(self, kind: int, mc: int, token: int) -> bool:
+        return kind == _X or (kind == _Y) != bool(self._canonical.forbids(mc, token))
+
+    def _live_rows(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """X, Y, Z of a node: its candidates whose target is live for the merge class the token leaves."""
+        if node not in self._rows:
+            tokens, targets, kind = self._edges(node)
+            keep = self._settled_targets(targets)
+            after = self._canonical.after_class
+            for i in np.flatnonzero(~keep).tolist():
+                keep[i] = self._is_live(int(targets[i]), int(after[tokens[i]]))
+            self._rows[node] = tuple(np.sort(tokens[keep & (kind == k)]) for k in (_X, _Y, _Z))
+        return self._rows[node]
+
+    # ---- serving ---------------------------------------------------------------------------------------------
+    def _split(self, state: int) -> tuple[int, int]:
+        node, mc = divmod(int(state), self._M)
+        if not 0 <= node < len(self._keys):
+            raise ValueError(f"{state} is not a state of this guide")
+        return node, mc
+
+    def is_accepting(self, state: int) -> bool:
+        return self._final(self._split(state)[0])
+
+    def allowed(self, state: int) -> np.ndarray:
+        """bool[V]: the tokens that may come next, EOS included where the text may end."""
+        if state not in self._masks:
+            node, mc = self._split(state)
+            X, Y, Z = self._live_rows(node)
+            out = np.zeros(self.vocab_size, dtype=bool)
+            out[X] = True
+            out[Y[~self._canonical.forbids(mc, Y)]] = True
+            out[Z[self._canonical.forbids(mc, Z)]] = True
+            if self._final(node):
+                out[list(self.eos_token_ids)] = True
+            self._masks[state] = out
+        return self._masks[state].copy()
+
+    def advance(self, state: int, token_id: int) -> int:
+        """The state after ``token_id`` (EOS where the text may end leaves it unchanged); ``DisallowedTokenError``
+        for a token the mask does not allow. Decided for the one token: no mask is built."""
+        node, mc = self._split(state)
+        if token_id in self.eos_token_ids and self._final(node):
+            return state
+        if not 0 <= token_id < self.vocab_size:
+            raise DisallowedTokenError(f"token {token_id} is outside the vocabulary")
+        q, ctx = self._keys[node]
+        tokens, targets = self._row(q)
+        i = int(np.searchsorted(tokens, token_id))
+        if i == len(tokens) or tokens[i] != token_id:
+            raise DisallowedTokenError(f"token {token_id} leaves the language in state {state}")
+        a = self._canonical
+        nxt = a.class_after(ctx * self._M + mc, token_id) // self._M  # (raises where the tokenization is not canonical)
+        after = int(a.after_class[token_id])
+        target = self._node(int(targets[i]), nxt)
+        if not self._is_live(target, after):
+            raise DisallowedTokenError(f"token {token_id} leads where no canonical completion exists (state {state})")
+        return target * self._M + after
+
+
+@njit(cache=True, nogil=True)
+def _state_row(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, origin):
+    """The tokens readable from ``origin`` in ``table`` (states x bytes) and their target states, by token: one
+    forward scan of the preorder trie, a dead byte skipping its subtree (``token_regex._walk`` for one state)."""
+    n = len(node_byte)
+    state_at = np.empty(int(node_depth.max()) + 1, dtype=np.int64)
+    state_at[0] = origin
+    tokens = np.empty(len(node_tokens), dtype=np.int64)
+    targets = np.empty(len(node_tokens), dtype=np.int64)
+    count = 0
+    node = 1
+    while node < n:
+        depth = node_depth[node]
+        state = table[state_at[depth - 1], node_byte[node]]
+        if state < 0:
+            node = subtree_end[node]
+            continue
+        state_at[depth] = state
+        for k in range(token_lo[node], token_lo[node + 1]):
+            tokens[count], targets[count] = node_tokens[k], state
+            count += 1
+        node += 1
+    order = np.argsort(tokens[:count], kind="mergesort")
+    return tokens[:count][order], targets[:count][order]
