@@ -28,65 +28,88 @@ from bpe.automaton import CanonicalAutomaton
 
 __all__ = ["character_edges", "break_possible"]
 
-# UTF-8 lead bytes and the code points each continuation level covers (valid, shortest forms only: a byte DFA of
-# ``automata.regex`` reads no other).
-_LEADS = [(0xC2, 0xDF, 2), (0xE0, 0xEF, 3), (0xF0, 0xF4, 4)]
-
-
 def character_edges(dfa: DFA, canonical: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(source, symbol, target) of every whole character a byte DFA reads from a state where a character starts:
     a byte path of one UTF-8 character, its code points mapped to the marked DFA's symbols (one edge per distinct
-    (source, symbol, target)). Continuation bytes are followed as runs of equal targets, so a state that reads
-    every character costs a few hundred runs, not a million code points."""
-    T = dfa.transitions
+    (source, symbol, target)). Continuation bytes are followed as runs of equal targets (``_multibyte_ranges``), so
+    a state that reads every character costs a few hundred runs, not a million code points."""
+    T = np.ascontiguousarray(dfa.transitions)
     starts, values = canonical.symbol_starts, canonical.symbol_values
-    src, sym, dst = [], [], []
-
-    symbols_in: dict[tuple[int, int], list[int]] = {}  # (the same ranges recur in every state reading them)
-
-    def add(q: int, lo: int, hi: int, target: int) -> None:
-        found = symbols_in.get((lo, hi))
-        if found is None:
-            first = int(np.searchsorted(starts, lo, side="right")) - 1
-            last = int(np.searchsorted(starts, hi, side="right")) - 1
-            found = symbols_in[(lo, hi)] = np.unique(values[first:last + 1]).tolist()
-        for s in found:
-            src.append(q), sym.append(s), dst.append(target)
-
-    def follow(q: int, state: int, lo: int, hi: int, need: int) -> None:
-        """``need`` continuation bytes still to read from ``state``, where every byte prefix read so far leads and
-        together they cover code points ``lo..hi`` (each remaining byte adds 6 bits)."""
-        if need == 0:
-            add(q, lo, hi, state)
-            return
-        row = T[state, 0x80:0xC0]
-        if (row == row[0]).all():  # every next byte alike: the same code points, one byte further
-            if row[0] >= 0:
-                follow(q, int(row[0]), lo, hi, need - 1)
-            return
-        span = 1 << (6 * (need - 1))  # code points under one more byte
-        for base in range(lo, hi + 1, 64 * span):  # each prefix on its own
-            b = 0
-            while b < 64:
-                target, e = int(row[b]), b
-                while e + 1 < 64 and int(row[e + 1]) == target:
-                    e += 1
-                if target >= 0:
-                    follow(q, target, base + b * span, base + (e + 1) * span - 1, need - 1)
-                b = e + 1
-
     ascii_q, ascii_b = np.nonzero(T[:, :0x80] >= 0)  # one byte, one character: all states at once
     ascii_symbol = values[np.searchsorted(starts, np.arange(0x80), side="right") - 1]
-    src.extend(ascii_q.tolist()), sym.extend(ascii_symbol[ascii_b].tolist()), dst.extend(T[ascii_q, ascii_b].tolist())
-    for q in np.flatnonzero((T[:, 0xC2:0xF5] >= 0).any(axis=1)).tolist():  # the few states reading longer ones
-        for first, last, length in _LEADS:
+    readers = np.flatnonzero((T[:, 0xC2:0xF5] >= 0).any(axis=1))  # the few states reading longer ones
+    q, lo, hi, target = _multibyte_ranges(T, readers.astype(np.int64))
+    # each range's symbols: the symbol runs it meets
+    first = np.searchsorted(starts, lo, side="right") - 1
+    count = np.searchsorted(starts, hi, side="right") - first
+    at = np.repeat(first - np.cumsum(np.append(0, count[:-1])), count) + np.arange(int(count.sum()))
+    src = np.concatenate([ascii_q, np.repeat(q, count)]).astype(np.int64)
+    sym = np.concatenate([ascii_symbol[ascii_b], values[at]]).astype(np.int64)
+    dst = np.concatenate([T[ascii_q, ascii_b], np.repeat(target, count)]).astype(np.int64)
+    num_symbols, num_states = int(values.max()) + 1, dfa.num_states
+    key = np.unique((src * num_symbols + sym) * num_states + dst)
+    rest, dst = np.divmod(key, num_states)
+    src, sym = np.divmod(rest, num_symbols)
+    return src, sym, dst
+
+
+@njit(cache=True)
+def _multibyte_ranges(T, states):
+    """(state, first code point, last code point, target) for the multi-byte characters each of ``states`` reads,
+    as ranges whose code points all lead to one target: a stack of (state reached, code points covered by the
+    bytes read so far, continuation bytes still needed); a row of continuation bytes that all lead alike keeps the
+    range whole, another splits it into its runs."""
+    out_q = np.empty(1024, np.int64)
+    out_lo = np.empty(1024, np.int64)
+    out_hi = np.empty(1024, np.int64)
+    out_t = np.empty(1024, np.int64)
+    n = 0
+    stack = np.empty((4096, 5), np.int64)  # q, state, lo, hi, need
+    for q in states:
+        top = 0
+        for first, last, length in ((0xC2, 0xDF, 2), (0xE0, 0xEF, 3), (0xF0, 0xF4, 4)):
             for lead in range(first, last + 1):
-                target = int(T[q, lead])
-                if target >= 0:
+                if T[q, lead] >= 0:
                     lo = (lead & (0xFF >> (length + 1))) << (6 * (length - 1))
-                    follow(q, target, lo, lo + (1 << (6 * (length - 1))) - 1, length - 1)
-    edges = np.unique(np.array([src, sym, dst], dtype=np.int64).reshape(3, -1), axis=1)
-    return edges[0], edges[1], edges[2]
+                    stack[top, 0], stack[top, 1], stack[top, 2] = q, T[q, lead], lo
+                    stack[top, 3], stack[top, 4] = lo + (1 << (6 * (length - 1))) - 1, length - 1
+                    top += 1
+        while top > 0:
+            top -= 1
+            state, lo, hi, need = stack[top, 1], stack[top, 2], stack[top, 3], stack[top, 4]
+            if need == 0:
+                if n == len(out_q):
+                    out_q, out_lo = np.concatenate((out_q, out_q)), np.concatenate((out_lo, out_lo))
+                    out_hi, out_t = np.concatenate((out_hi, out_hi)), np.concatenate((out_t, out_t))
+                out_q[n], out_lo[n], out_hi[n], out_t[n] = q, lo, hi, state
+                n += 1
+                continue
+            uniform = True
+            for b in range(0x81, 0xC0):
+                if T[state, b] != T[state, 0x80]:
+                    uniform = False
+                    break
+            if uniform:  # every next byte alike: the same code points, one byte further
+                if T[state, 0x80] >= 0:
+                    stack[top, 1], stack[top, 4] = T[state, 0x80], need - 1
+                    top += 1
+                continue
+            span = 1 << (6 * (need - 1))  # code points under one more byte
+            for base in range(lo, hi + 1, 64 * span):  # each prefix on its own, split into runs of one target
+                b = 0
+                while b < 64:
+                    target = T[state, 0x80 + b]
+                    e = b
+                    while e + 1 < 64 and T[state, 0x80 + e + 1] == target:
+                        e += 1
+                    if target >= 0:
+                        if top == len(stack):
+                            stack = np.concatenate((stack, stack))
+                        stack[top, 0], stack[top, 1], stack[top, 2] = q, target, base + b * span
+                        stack[top, 3], stack[top, 4] = base + (e + 1) * span - 1, need - 1
+                        top += 1
+                    b = e + 1
+    return out_q[:n], out_lo[:n], out_hi[:n], out_t[:n]
 
 
 def break_possible(dfa: DFA, canonical: CanonicalAutomaton) -> np.ndarray:
