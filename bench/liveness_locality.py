@@ -59,13 +59,17 @@ def measure(path: str, canonical, trie, walks: int, rng) -> dict | None:
     start = time.perf_counter()
     possible = break_possible(dfa, canonical)
     boundary_s = time.perf_counter() - start
-    eos, visited, mismatches = set(guide.eos_token_ids), set(), 0
+    eos, visited, mismatches, eager_us, lazy_us = set(guide.eos_token_ids), set(), 0, [], []
     for _ in range(walks):
         state, lazy_state = guide.initial_state, lazy.initial_state
         for _ in range(200):
             visited.add(guide._split(state)[0])
+            start = time.perf_counter()
             mask = guide.allowed(state)
-            mismatches += not np.array_equal(mask, lazy.allowed(lazy_state))
+            middle = time.perf_counter()
+            lazy_mask = lazy.allowed(lazy_state)
+            eager_us.append((middle - start) * 1e6), lazy_us.append((time.perf_counter() - middle) * 1e6)
+            mismatches += not np.array_equal(mask, lazy_mask)
             tokens = np.flatnonzero(mask[:canonical.vocab_size])
             if not len(tokens):
                 break
@@ -83,7 +87,8 @@ def measure(path: str, canonical, trie, walks: int, rng) -> dict | None:
             "visited": int(seen.sum()), "visited_open": int((seen & ~guide._is_pending).sum()),
             "live_open": int(live.sum()), "settled": int((settled & live).sum()),
             "violations": int((settled & ~live).sum()), "compile_s": compile_s, "boundary_test_s": boundary_s,
-            "lazy_first_mask_s": lazy_s, "lazy_nodes_with_rows": len(lazy._rows), "mask_mismatches": mismatches}
+            "lazy_first_mask_s": lazy_s, "lazy_nodes_with_rows": len(lazy._rows), "mask_mismatches": mismatches,
+            "eager_mask_us": eager_us, "lazy_mask_us": lazy_us}
 
 
 def main() -> None:
@@ -115,6 +120,13 @@ def main() -> None:
           f" / {max(r['lazy_first_mask_s'] for r in rows) * 1e3:.1f} ms (boundary test "
           f"{np.median([r['boundary_test_s'] for r in rows]) * 1e3:.1f} ms p50); masks differing along the walks: "
           f"{total['mask_mismatches']}")
+    eager_us = np.concatenate([r["eager_mask_us"] for r in rows])
+    lazy_us = np.concatenate([r["lazy_mask_us"] for r in rows])
+    print(f"Masks along the walks (allowed(), bool[V], first visits included), mean / p99: eager "
+          f"{eager_us.mean():.0f} / {np.percentile(eager_us, 99):.0f} µs, lazy {lazy_us.mean():.0f} / "
+          f"{np.percentile(lazy_us, 99):.0f} µs ({len(lazy_us):,} steps)")
+    for r in rows:
+        r["eager_mask_us"], r["lazy_mask_us"] = (float(np.mean(r["eager_mask_us"])), float(np.mean(r["lazy_mask_us"])))
     out = args.out or Path(__file__).parent / "results" / f"liveness_locality_{args.tokenizer}.json"
     out.write_text(json.dumps({"tokenizer": args.tokenizer, "walks": args.walks, "rows": rows, "total": total},
                               indent=1) + "\n")
