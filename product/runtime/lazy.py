@@ -12,7 +12,9 @@ liveness over all of them before the first mask; a generation visits about 1 % o
   (``product.compiler.boundaries.break_possible``), is live in every merge class; the others are *forced* — the
   text must go on inside the current piece (the rest of a literal, an unfinished character) — and are decided by
   a least fixpoint over the forced region reachable from them, for the merge classes that enter it;
-- ``mask(node, mc) = X | (Y & ~F[mc]) | (Z & F[mc])`` (+ EOS where the text may end), cached per state.
+- ``mask(node, mc) = X | (Y & ~F[mc]) | (Z & F[mc])`` (+ EOS where the text may end): the node's rows stored as the
+  eager guide stores them (few class-dependent tokens as arrays, many packed: ``CompiledGuide._store_rows``) and the
+  mask filled by the same compiled kernel (``product.runtime.kernels.cpu.fill_mask``), cached per state.
 
 So every allowed token still leads to a live state, and the masks equal the eager guide's (tested state by state
 along walks). Leaves out (for now): counted repetitions, stitched fragments, packed batch masks, the any-
@@ -29,7 +31,9 @@ from automata import EmptyLanguageError
 from automata.dfa import DFA
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
-from product.compiler.tables import guide_eos, vocabulary_trie
+from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
+from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
+from product.runtime.kernels.cpu import fill_mask
 
 __all__ = ["LazyGuide"]
 
@@ -64,6 +68,10 @@ class LazyGuide:
         self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._live: dict[tuple[int, int], bool] = {}
         self._masks: dict[int, np.ndarray] = {}
+        self._descriptors: dict[int, tuple[np.ndarray, tuple]] = {}  # node -> (row descriptor, the arrays it points to)
+        self._forbidden_table = _forbidden_index(canonical).table
+        self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
+        self.num_words = (self.vocab_size + 31) // 32
         start = self._node(dfa.start, 0)
         self.initial_state = start * self._M + canonical.start_class % self._M
         if not self._is_live(start, canonical.start_class % self._M):
@@ -220,19 +228,39 @@ class LazyGuide:
     def is_accepting(self, state: int) -> bool:
         return self._final(self._split(state)[0])
 
+    def _descriptor(self, node: int) -> np.ndarray:
+        """The node's row descriptor for the mask kernel (``CompiledGuide._store_rows``' layout), built once."""
+        if node not in self._descriptors:
+            X, Y, Z = self._live_rows(node)
+            n = self.num_words
+            if len(Y) + len(Z) <= _SPARSE_LIMIT:
+                Y, Z = (np.ascontiguousarray(a, dtype=np.int32) for a in (Y, Z))
+                if len(X) > _SPARSE_LIMIT:
+                    kind, arrays = ROW_SPARSE_PACKED, (pack(X, n), Y, Z)
+                else:
+                    kind, arrays = ROW_SPARSE, (np.ascontiguousarray(X, dtype=np.int32), Y, Z)
+            else:
+                packed_x = pack(X, n)
+                inside = packed_x | pack(Y, n)
+                kind, arrays = ROW_DENSE, (inside, inside ^ (packed_x | pack(Z, n)))
+            descriptor = np.array(row_descriptor(kind, self._final(node), *arrays), dtype=np.int64)
+            self._descriptors[node] = (descriptor, arrays)
+        return self._descriptors[node][0]
+
+    def _words(self, state: int) -> np.ndarray:
+        """The mask of ``state`` as packed words (bit ``t % 32`` of word ``t // 32``), EOS included."""
+        words = self._masks.get(state)
+        if words is None:
+            node, mc = self._split(state)
+            words = np.zeros(self.num_words, dtype=np.uint32)
+            fill_mask(words, self._forbidden_table, self._descriptor(node).ctypes.data, mc, self._eos_array)
+            self._masks[state] = words
+        return words
+
     def allowed(self, state: int) -> np.ndarray:
         """bool[V]: the tokens that may come next, EOS included where the text may end."""
-        if state not in self._masks:
-            node, mc = self._split(state)
-            X, Y, Z = self._live_rows(node)
-            out = np.zeros(self.vocab_size, dtype=bool)
-            out[X] = True
-            out[Y[~self._canonical.forbids(mc, Y)]] = True
-            out[Z[self._canonical.forbids(mc, Z)]] = True
-            if self._final(node):
-                out[list(self.eos_token_ids)] = True
-            self._masks[state] = out
-        return self._masks[state].copy()
+        words = self._words(state)
+        return np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
 
     def advance(self, state: int, token_id: int) -> int:
         """The state after ``token_id`` (EOS where the text may end leaves it unchanged); ``DisallowedTokenError``
