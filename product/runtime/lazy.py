@@ -59,17 +59,18 @@ class LazyGuide:
         self._accepting = dfa.accepting
         self._break = break_possible(dfa, canonical)  # [DFA state, open context]
         self._M, self._num_open = canonical.num_merge_classes, canonical.num_open_contexts
-        self._forbidden_sizes: dict[int, int] = {}
         self.vocab_size = canonical.vocab_size
         self.eos_token_ids = guide_eos(canonical, eos_token_ids)
         self._node_of: dict[tuple[int, int], int] = {}
         self._keys: list[tuple[int, int]] = []
         self._candidates: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._settled_edges: dict[int, np.ndarray] = {}
         self._live: dict[tuple[int, int], bool] = {}
         self._masks: dict[int, np.ndarray] = {}
         self._descriptors: dict[int, tuple[np.ndarray, tuple]] = {}  # node -> (row descriptor, the arrays it points to)
-        self._forbidden_table = _forbidden_index(canonical).table
+        self._forbidden = _forbidden_index(canonical)
+        self._forbidden_table = self._forbidden.table
         self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
         self.num_words = (self.vocab_size + 31) // 32
         start = self._node(dfa.start, 0)
@@ -98,6 +99,12 @@ class LazyGuide:
     def _settled_targets(self, targets: np.ndarray) -> np.ndarray:
         unique, inverse = np.unique(targets, return_inverse=True)
         return np.array([self._settled(v) for v in unique.tolist()], dtype=bool)[inverse]
+
+    def _edges_settled(self, node: int) -> np.ndarray:
+        """Per edge of ``_edges(node)``: whether its target is settled (computed once per node)."""
+        if node not in self._settled_edges:
+            self._settled_edges[node] = self._settled_targets(self._edges(node)[1])
+        return self._settled_edges[node]
 
     def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(tokens, target nodes, kind) of every token the regex state reads and the context lets through some
@@ -143,66 +150,56 @@ class LazyGuide:
         if self._settled(node):
             return True
         if (node, mc) not in self._live:
-            self._solve_region(node, mc)
+            self._solve_region({node: {mc}})
         return self._live[(node, mc)]
 
-    def _solve_region(self, node: int, mc: int) -> None:
-        """Liveness of (node, mc) and of every (forced node, merge class) it depends on: the forced nodes reachable
-        through forced nodes, each for the merge classes that enter it; a least fixpoint (live iff some allowed
-        edge reaches a settled node or a live pair)."""
+    def _solve_region(self, queries: dict[int, set[int]]) -> None:
+        """Liveness of the (forced node, merge class) pairs asked and of every pair they depend on: the forced nodes
+        reachable through forced nodes, each for the merge classes that enter it; a least fixpoint (live iff some
+        allowed edge reaches a settled node or a live pair). One call for all the pairs a node's row asks about."""
         after = self._canonical.after_class
-        need: dict[int, set[int]] = {node: {mc}}
-        order, seen = [node], {node}
+        need: dict[int, set[int]] = {n: set(classes) for n, classes in queries.items()}
+        order, seen = list(need), set(need)
         while order:  # the forced region and the classes entering each of its nodes
             n = order.pop()
             tokens, targets, _ = self._edges(n)
-            forced = ~self._settled_targets(targets)
+            forced = ~self._edges_settled(n)
             for t, v in zip(tokens[forced].tolist(), targets[forced].tolist()):
                 need.setdefault(v, set()).add(int(after[t]))
                 if v not in seen:
                     seen.add(v)
                     order.append(v)
         live: dict[tuple[int, int], bool] = {}
-        waiting: dict[int, tuple[list[int], list[int], list[int], list[int], list[int]]] = {}
+        waiting: dict[int, tuple[list[int], list[int], list[int], list[int]]] = {}
         for n, classes in need.items():
             tokens, targets, kind = self._edges(n)
-            sure = self._settled_targets(targets)
+            sure = self._edges_settled(n)
             forced = np.flatnonzero(~sure)
             waiting[n] = (tokens[forced].tolist(), kind[forced].tolist(), targets[forced].tolist(),
-                          after[tokens[forced]].tolist(), [])
-            for c in classes:
-                if (n, c) not in self._live:
-                    live[(n, c)] = self._reaches_settled(tokens[sure], kind[sure], c)
+                          after[tokens[forced]].tolist())
+            todo = np.array(sorted(c for c in classes if (n, c) not in self._live), dtype=np.int64)
+            if not len(todo):
+                continue
+            # classes an edge into a settled node keeps alive: all of them with an X edge, else those whose F does
+            # not hold every such Y token or does hold a Z one (one batched query, ``ForbiddenSets.dead_classes``)
+            if (kind[sure] == _X).any():
+                dead = np.zeros(0, dtype=np.int64)
+            else:
+                dead = self._forbidden.dead_classes(tokens[sure & (kind == _Y)], tokens[sure & (kind == _Z)], todo)
+            alive = ~np.isin(todo, dead)
+            live.update(zip(((n, c) for c in todo.tolist()), alive.tolist()))
         changed = True
         while changed:  # (forced regions are small where the pre-tokenizer splits: a literal's tail, a character)
             changed = False
             for (n, c), ok in live.items():
                 if ok:
                     continue
-                tokens, kinds, targets, afters, _ = waiting[n]
+                tokens, kinds, targets, afters = waiting[n]
                 for t, k, v, ac in zip(tokens, kinds, targets, afters):
                     if live.get((v, ac), self._live.get((v, ac), False)) and self._allows(k, c, t):
                         live[(n, c)] = changed = True
                         break
         self._live.update(live)
-
-    def _reaches_settled(self, tokens: np.ndarray, kind: np.ndarray, mc: int) -> bool:
-        """Whether merge class ``mc`` allows one of these edges (each into a node live in every class)."""
-        if (kind == _X).any():
-            return True
-        inside = tokens[kind == _Y]
-        if len(inside) > self._forbidden_size(mc):  # (F[mc] is too small to hold them all)
-            return True
-        forbidden = self._canonical.forbids(mc, tokens)
-        return bool((((kind == _Y) & ~forbidden) | ((kind == _Z) & forbidden)).any())
-
-    def _forbidden_size(self, mc: int) -> int:
-        """How many tokens merge class ``mc`` forbids."""
-        if mc not in self._forbidden_sizes:
-            a = self._canonical
-            lo, hi = a.forbid_offsets[mc], a.forbid_offsets[mc + 1]
-            self._forbidden_sizes[mc] = int((a.forbid_ends[lo:hi] - a.forbid_starts[lo:hi]).sum())
-        return self._forbidden_sizes[mc]
 
     def _allows(self, kind: int, mc: int, token: int) -> bool:
         return kind == _X or (kind == _Y) != bool(self._canonical.forbids(mc, token))
@@ -211,10 +208,16 @@ class LazyGuide:
         """X, Y, Z of a node: its candidates whose target is live for the merge class the token leaves."""
         if node not in self._rows:
             tokens, targets, kind = self._edges(node)
-            keep = self._settled_targets(targets)
-            after = self._canonical.after_class
-            for i in np.flatnonzero(~keep).tolist():
-                keep[i] = self._is_live(int(targets[i]), int(after[tokens[i]]))
+            keep = self._edges_settled(node).copy()
+            forced = np.flatnonzero(~keep)
+            pairs = list(zip(targets[forced].tolist(), self._canonical.after_class[tokens[forced]].tolist()))
+            queries: dict[int, set[int]] = {}
+            for v, c in pairs:
+                if (v, c) not in self._live:
+                    queries.setdefault(v, set()).add(c)
+            if queries:
+                self._solve_region(queries)
+            keep[forced] = [self._live[p] for p in pairs]
             self._rows[node] = tuple(np.sort(tokens[keep & (kind == k)]) for k in (_X, _Y, _Z))
         return self._rows[node]
 
