@@ -17,12 +17,16 @@ liveness over all of them before the first mask; a generation visits about 1 % o
   mask filled by the same compiled kernel (``product.runtime.kernels.cpu.fill_mask``), cached per state.
 
 So every allowed token still leads to a live state, and the masks equal the eager guide's (tested state by state
-along walks). Leaves out (for now): counted repetitions, stitched fragments, packed batch masks, the any-
-tokenization comparison mode; the region fixpoint is Python over numpy (a tokenizer without pre-tokenizer splits,
-such as Mistral's, has no boundary to settle anything: its forced region is the whole product).
+along walks). It serves what a generation loop calls (``allowed``, ``fill_bitmask``, ``advance``, ``forced_tokens``,
+``is_accepting``, ``accepts``), first visits under a lock. Leaves out (for now): counted repetitions, stitched
+fragments, batch kernels over many guides, the any-tokenization comparison mode, a compile budget for first visits;
+the region fixpoint is Python over numpy (a tokenizer without pre-tokenizer splits, such as Mistral's, has no
+boundary to settle anything: its forced region is the whole product, ``helps``).
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from numba import njit
@@ -33,6 +37,7 @@ from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
 from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
+from product.runtime.guide import Guide, _uint32_rows
 from product.runtime.kernels.cpu import fill_mask
 
 __all__ = ["LazyGuide"]
@@ -73,6 +78,8 @@ class LazyGuide:
         self._forbidden_table = self._forbidden.table
         self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
         self.num_words = (self.vocab_size + 31) // 32
+        self._lock = threading.RLock()  # (first visits build shared tables)
+        self._forced: dict[int, tuple[int, ...]] = {}
         start = self._node(dfa.start, 0)
         self.initial_state = start * self._M + canonical.start_class % self._M
         if not self._is_live(start, canonical.start_class % self._M):
@@ -254,11 +261,52 @@ class LazyGuide:
         """The mask of ``state`` as packed words (bit ``t % 32`` of word ``t // 32``), EOS included."""
         words = self._masks.get(state)
         if words is None:
-            node, mc = self._split(state)
-            words = np.zeros(self.num_words, dtype=np.uint32)
-            fill_mask(words, self._forbidden_table, self._descriptor(node).ctypes.data, mc, self._eos_array)
-            self._masks[state] = words
+            with self._lock:
+                node, mc = self._split(state)
+                words = np.zeros(self.num_words, dtype=np.uint32)
+                fill_mask(words, self._forbidden_table, self._descriptor(node).ctypes.data, mc, self._eos_array)
+                self._masks[state] = words
         return words
+
+    def fill_bitmask(self, states, out, *, threads: int = 1) -> None:
+        """``Guide.fill_bitmask``: the masks of ``states`` into the first rows of ``out`` (int32 or uint32
+        ``[rows, num_words]``, numpy or a CPU torch tensor); every state is checked before a row is written.
+        (``threads`` is accepted for the interface; the rows are copied one by one.)"""
+        rows = _uint32_rows(out, len(states), self.num_words)
+        masks = [self._words(int(state)) for state in states]
+        for i, words in enumerate(masks):
+            rows[i] = words
+
+    def forced_tokens(self, state: int) -> tuple[int, ...]:
+        """The chain of tokens that are the only choice from ``state`` (empty where there is a choice, EOS
+        included): appending them needs no model call."""
+        chain = self._forced.get(state)
+        if chain is None:
+            out, s = [], int(state)
+            while not self.is_accepting(s) and len(out) < 4096:
+                words = self._words(s)
+                if int(np.bitwise_count(words).sum()) != 1:
+                    break
+                w = int(np.flatnonzero(words)[0])
+                t = w * 32 + int(words[w]).bit_length() - 1
+                out.append(t)
+                s = self.advance(s, t)
+            chain = self._forced[state] = tuple(out)
+        return chain
+
+    def token_id(self, token_id) -> int:
+        """``token_id`` as an int of this vocabulary (``Guide.token_id``)."""
+        return Guide.token_id(self, token_id)
+
+    def accepts(self, token_ids) -> bool:
+        """Whether ``token_ids`` (no EOS) is a complete text of the constraint, tokenized as the guide allows."""
+        state = self.initial_state
+        try:
+            for t in token_ids:
+                state = self.advance(state, int(t))
+        except DisallowedTokenError:
+            return False
+        return self.is_accepting(state)
 
     def allowed(self, state: int) -> np.ndarray:
         """bool[V]: the tokens that may come next, EOS included where the text may end."""
@@ -273,6 +321,10 @@ class LazyGuide:
             return state
         if not 0 <= token_id < self.vocab_size:
             raise DisallowedTokenError(f"token {token_id} is outside the vocabulary")
+        with self._lock:
+            return self._advance(node, mc, int(token_id), state)
+
+    def _advance(self, node: int, mc: int, token_id: int, state: int) -> int:
         q, ctx = self._keys[node]
         tokens, targets = self._row(q)
         i = int(np.searchsorted(tokens, token_id))

@@ -73,3 +73,37 @@ def test_a_valid_text_is_accepted_in_its_canonical_tokenization_only():
 
 def test_it_says_where_it_helps():
     assert LazyGuide.helps(automaton_of("llama3")) and not LazyGuide.helps(automaton_of("mistral"))
+
+
+def test_the_generation_interface_matches_the_eager_guides():
+    """What a generation loop calls: batched bitmasks (numpy and torch buffers), forced chains, acceptance.
+    (``product.Matcher`` and the clients take ``Guide``s: a lazy guide is not one of them yet.)"""
+    import torch
+
+    eager, lazy = _pair("llama3", r'\{"id": [0-9]{1,4}, "tags": \["[a-z]{1,6}"(, "[a-z]{1,6}")*\]\}')
+    rng = np.random.default_rng(3)
+    a, b, pairs = eager.initial_state, lazy.initial_state, []
+    for _ in range(30):
+        pairs.append((a, b))
+        assert eager.forced_tokens(a) == lazy.forced_tokens(b)
+        allowed = np.flatnonzero(eager.allowed(a)[: eager.vocab_size])
+        token = int(rng.choice(allowed))
+        if token in eager.eos_token_ids:
+            break
+        a, b = eager.advance(a, token), lazy.advance(b, token)
+    expected = np.zeros((len(pairs), eager.num_words), dtype=np.int32)
+    eager.fill_bitmask([p[0] for p in pairs], expected)
+    got = np.zeros_like(expected)
+    lazy.fill_bitmask([p[1] for p in pairs], got)
+    assert np.array_equal(got, expected)
+    tensor = torch.zeros((len(pairs) + 1, lazy.num_words), dtype=torch.int32)
+    lazy.fill_bitmask([p[1] for p in pairs], tensor)
+    assert np.array_equal(tensor[:-1].numpy(), expected) and not tensor[-1].any()
+    with pytest.raises(ValueError):
+        lazy.fill_bitmask([lazy.initial_state], np.zeros((1, lazy.num_words - 1), dtype=np.int32))
+
+    runtime = runtime_of("llama3")
+    text = '{"id": 42, "tags": ["red", "blue"]}'
+    ids = runtime.encode(text, add_special_tokens=False).ids
+    assert lazy.accepts(ids) and eager.accepts(ids)
+    assert not lazy.accepts(ids[:-1]) and not lazy.accepts(runtime.encode('{"id": 42}', add_special_tokens=False).ids)
