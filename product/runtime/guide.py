@@ -313,17 +313,11 @@ class Guide(CompiledGuide):
         Appending them needs no model call."""
         chain = self._forced.get(state)
         if chain is None:
-            out, s = [], int(state)
-            while not self.is_accepting(s) and len(out) < 4096:
-                with self._lock:
-                    words = self._mask(s)
-                    if int(np.bitwise_count(words).sum()) != 1:
-                        break
-                    w = int(np.flatnonzero(words)[0])
-                    t = w * 32 + int(words[w]).bit_length() - 1
-                out.append(t)
-                s = self.advance(s, t)
-            chain = self._forced[state] = tuple(out)
+            def only_token(s: int) -> int | None:
+                with self._lock:  # (the mask's slot may be reused once the lock is released)
+                    return only_allowed(self._mask(s))
+
+            chain = self._forced[state] = forced_chain(int(state), self.is_accepting, only_token, self.advance)
         return chain
 
     def accepts(self, token_ids) -> bool:
@@ -580,6 +574,27 @@ def _acquire(locks: list[threading.Lock]) -> None:
 def _release(locks: list[threading.Lock]) -> None:
     for lock in locks:
         lock.release()
+
+
+def only_allowed(words: np.ndarray) -> int | None:
+    """The one token a mask (packed words) allows, or None where it allows several or none."""
+    if int(np.bitwise_count(words).sum()) != 1:
+        return None
+    w = int(np.flatnonzero(words)[0])
+    return w * 32 + int(words[w]).bit_length() - 1
+
+
+def forced_chain(state: int, is_accepting, only_token, advance) -> tuple[int, ...]:
+    """The tokens that are the only choice from ``state`` on, one after another, until a state that accepts or
+    allows more than one (``only_token(s)``: that one token, or None): what ``forced_tokens`` returns."""
+    out = []
+    while not is_accepting(state) and len(out) < 4096:
+        token = only_token(state)
+        if token is None:
+            break
+        out.append(token)
+        state = advance(state, token)
+    return tuple(out)
 
 
 def _buffer_error(out, rows: int, num_words: int) -> str:

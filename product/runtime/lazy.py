@@ -37,7 +37,7 @@ from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
 from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
-from product.runtime.guide import Guide, _uint32_rows
+from product.runtime.guide import Guide, _uint32_rows, forced_chain, only_allowed
 from product.runtime.kernels.cpu import fill_mask
 
 __all__ = ["LazyGuide"]
@@ -282,16 +282,8 @@ class LazyGuide:
         included): appending them needs no model call."""
         chain = self._forced.get(state)
         if chain is None:
-            out, s = [], int(state)
-            while not self.is_accepting(s) and len(out) < 4096:
-                words = self._words(s)
-                if int(np.bitwise_count(words).sum()) != 1:
-                    break
-                w = int(np.flatnonzero(words)[0])
-                t = w * 32 + int(words[w]).bit_length() - 1
-                out.append(t)
-                s = self.advance(s, t)
-            chain = self._forced[state] = tuple(out)
+            chain = self._forced[state] = forced_chain(int(state), self.is_accepting,
+                                                       lambda s: only_allowed(self._words(s)), self.advance)
         return chain
 
     def token_id(self, token_id) -> int:
