@@ -10,6 +10,11 @@ guide (token rows + guide) beside ``product.runtime.lazy.LazyGuide``'s (boundary
 targets), whose masks are compared with the eager guide's at every step of the same walks (mismatches, expected 0).
 
     python bench/liveness_locality.py [--tokenizer llama3] [--limit 40] [--walks 30]
+    python bench/liveness_locality.py --peers [--tokenizer llama3]
+
+``--peers``: the nine regexes of ``bench/peers.py`` instead, ``compile_regex``'s guide (counted repetitions kept
+counted) against the lazy one: compile to the first mask (median of 3), and masks along the runtime's own encodings
+of the valid texts, where nearly every lazy step is a first visit.
 """
 
 from __future__ import annotations
@@ -91,17 +96,71 @@ def measure(path: str, canonical, trie, walks: int, rng) -> dict | None:
             "eager_mask_us": eager_us, "lazy_mask_us": lazy_us}
 
 
+def peers(canonical, tokenizer: str) -> dict:
+    """``--peers``: see the module docstring."""
+    sys.path.insert(0, str(Path(__file__).parent))
+    from peers import CASES  # (bench/peers.py: the regexes and valid texts every engine walks)
+
+    from bpe.assets import reference_runtime
+    from product import compile_regex
+
+    runtime = reference_runtime(tokenizer)
+    compile_regex("ab", canonical)
+    rows, eager_us, lazy_us = [], [], []
+    for name, pattern, texts in CASES:
+        times = {"eager": [], "lazy": []}
+        for _ in range(3):
+            start = time.perf_counter()
+            guide = compile_regex(pattern, canonical)
+            guide.allowed(guide.initial_state)
+            times["eager"].append(time.perf_counter() - start)
+            start = time.perf_counter()
+            lazy = LazyGuide(from_regex(pattern), canonical)
+            lazy.allowed(lazy.initial_state)
+            times["lazy"].append(time.perf_counter() - start)
+        steps_eager, steps_lazy = [], []
+        for text in texts:
+            state, lazy_state = guide.initial_state, lazy.initial_state
+            for token in runtime.encode(text, add_special_tokens=False).ids:
+                start = time.perf_counter()
+                guide.allowed(state)
+                middle = time.perf_counter()
+                lazy.allowed(lazy_state)
+                steps_eager.append((middle - start) * 1e6), steps_lazy.append((time.perf_counter() - middle) * 1e6)
+                state, lazy_state = guide.advance(state, token), lazy.advance(lazy_state, token)
+        eager_us += steps_eager
+        lazy_us += steps_lazy
+        rows.append({"regex": name, "eager_first_mask_s": float(np.median(times["eager"])),
+                     "lazy_first_mask_s": float(np.median(times["lazy"])),
+                     "eager_walk_ms": sum(steps_eager) / 1e3, "lazy_walk_ms": sum(steps_lazy) / 1e3})
+        print(f"{name:12s} first mask: eager {rows[-1]['eager_first_mask_s'] * 1e3:7.2f} ms, lazy "
+              f"{rows[-1]['lazy_first_mask_s'] * 1e3:6.2f} ms; masks of the texts' walks summed: eager "
+              f"{rows[-1]['eager_walk_ms']:6.2f} ms, lazy {rows[-1]['lazy_walk_ms']:7.2f} ms", flush=True)
+    eager_us, lazy_us = np.array(eager_us), np.array(lazy_us)
+    print(f"\nfirst mask p50: eager {np.median([r['eager_first_mask_s'] for r in rows]) * 1e3:.2f} ms, lazy "
+          f"{np.median([r['lazy_first_mask_s'] for r in rows]) * 1e3:.2f} ms; masks along the walks mean / p99: eager "
+          f"{eager_us.mean():.0f} / {np.percentile(eager_us, 99):.0f} µs, lazy {lazy_us.mean():.0f} / "
+          f"{np.percentile(lazy_us, 99):.0f} µs ({len(lazy_us)} steps)")
+    return {"tokenizer": tokenizer, "rows": rows}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokenizer", default="llama3")
     parser.add_argument("--limit", type=int, default=40, help="schema files tried (the first, by name)")
     parser.add_argument("--walks", type=int, default=30)
+    parser.add_argument("--peers", action="store_true", help="the nine regexes of bench/peers.py instead")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     canonical = compile_tokenizer(tokenizer_source(args.tokenizer))
     trie, rng = vocabulary_trie(canonical), np.random.default_rng(0)
     _forbidden_index(canonical)._stabbing_index()  # once per tokenizer and process (0.7 s on Llama-3), for both guides
     LazyGuide(from_regex("ab"), canonical)  # (and the compiled kernels loaded)
+    if args.peers:
+        out = args.out or Path(__file__).parent / "results" / f"liveness_locality_peers_{args.tokenizer}.json"
+        out.write_text(json.dumps(peers(canonical, args.tokenizer), indent=1) + "\n")
+        print(f"wrote {out}")
+        return
     rows = []
     for path in sorted(glob.glob(str(MASKBENCH / "Github_easy---*.json")))[:args.limit]:
         row = measure(path, canonical, trie, args.walks, rng)
