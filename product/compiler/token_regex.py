@@ -512,6 +512,17 @@ _FIRST_CAPACITY_ROWS = 4  # token transitions first try arrays for this many voc
 _WALK_CHUNK = 1 << 20  # entries per ``_walk`` call between two budget checks (more than any one row: a vocabulary)
 
 
+def state_row(table: np.ndarray, trie: VocabularyTrie, state: int) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens readable from one state of ``table`` (states x bytes, C-contiguous) over a byte trie, ascending,
+    and the states they reach: ``_walk`` for that state alone (a lazy guide's row on first visit)."""
+    offsets = np.zeros(len(table) + 1, dtype=np.int64)
+    tokens, targets = np.empty(trie.vocab_size, np.int32), np.empty(trie.vocab_size, np.int32)
+    _walk(table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo, trie.node_tokens,
+          np.zeros(0, np.int32), np.zeros(1, np.int64), trie.vocab_size, state, state + 1, False, trie.vocab_size,
+          offsets, tokens, targets)
+    return tokens[:offsets[state + 1]], targets[:offsets[state + 1]]
+
+
 def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, offsets: np.ndarray,
                   tokens: np.ndarray, targets: np.ndarray) -> int:
     """``_walk`` in calls of at most ``_WALK_CHUNK`` entries, the compile's budget checked between them
@@ -523,9 +534,9 @@ def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, 
         checkpoint()
         limit = min(int(offsets[origin]) + chunk, capacity)
         if count_only:
-            stopped = _walk(*walk, origin, True, limit, offsets, tokens, targets)
+            stopped = _walk(*walk, origin, num_states, True, limit, offsets, tokens, targets)
         else:
-            stopped = _walk(*walk, origin, False, max_entries, offsets, tokens[:limit], targets[:limit])
+            stopped = _walk(*walk, origin, num_states, False, max_entries, offsets, tokens[:limit], targets[:limit])
         if stopped == num_states or limit == capacity:
             return stopped
         chunk = _WALK_CHUNK if stopped > origin else capacity  # (a row longer than a chunk: the rest at once)
@@ -534,12 +545,12 @@ def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, 
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, members, member_bounds, vocab_size,
-          first_origin, count_only, max_entries, offsets, tokens, targets):
-    """Walk the preorder trie from the states ``first_origin..`` of ``table`` (states x symbols): write the tokens
+          first_origin, end_origin, count_only, max_entries, offsets, tokens, targets):
+    """Walk the preorder trie from the states ``first_origin..end_origin - 1`` of ``table`` (states x symbols): write the tokens
     readable from each state and the states they reach as row ``offsets[q]:offsets[q + 1]`` of
     ``tokens``/``targets``, sorted by token (``offsets[first_origin]`` must be set), stopping before the first row
     that does not fit; or, ``count_only``, set ``offsets`` alone, stopping past ``max_entries``. Returns the state
-    it stopped at (``len(table)``: all done). One forward scan per origin: a live node records its state at its
+    it stopped at (``end_origin``: all done). One forward scan per origin: a live node records its state at its
     depth (its descendants read their parent's there), a dead one skips its subtree. The tokens of a trie of byte
     classes are representatives, each standing for ``members[member_bounds[r]:member_bounds[r + 1]]``
     (``members`` is empty for a trie of bytes).
@@ -553,7 +564,7 @@ def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, memb
     target_of = np.empty(vocab_size, dtype=np.int32)
     count = offsets[first_origin]
     n = len(node_byte)
-    for origin in range(first_origin, table.shape[0]):
+    for origin in range(first_origin, end_origin):
         start = count
         state_at[0] = origin
         node = 1
@@ -588,7 +599,7 @@ def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, memb
         if not count_only:
             _sort_row(tokens, targets, start, count, seen, target_of, table.shape[0])
         offsets[origin + 1] = count
-    return table.shape[0]
+    return end_origin
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

@@ -29,7 +29,6 @@ from __future__ import annotations
 import threading
 
 import numpy as np
-from numba import njit
 
 from automata import EmptyLanguageError
 from automata.dfa import DFA
@@ -37,6 +36,7 @@ from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
 from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
+from product.compiler.token_regex import state_row
 from product.runtime.guide import Guide, _uint32_rows, forced_chain, only_allowed
 from product.runtime.kernels.cpu import fill_mask
 
@@ -103,14 +103,11 @@ class LazyGuide:
         q, ctx = self._keys[node]
         return self._final(node) or (ctx < self._num_open and bool(self._break[q, ctx]))
 
-    def _settled_targets(self, targets: np.ndarray) -> np.ndarray:
-        unique, inverse = np.unique(targets, return_inverse=True)
-        return np.array([self._settled(v) for v in unique.tolist()], dtype=bool)[inverse]
-
     def _edges_settled(self, node: int) -> np.ndarray:
         """Per edge of ``_edges(node)``: whether its target is settled (computed once per node)."""
         if node not in self._settled_edges:
-            self._settled_edges[node] = self._settled_targets(self._edges(node)[1])
+            unique, inverse = np.unique(self._edges(node)[1], return_inverse=True)
+            self._settled_edges[node] = np.array([self._settled(v) for v in unique.tolist()], dtype=bool)[inverse]
         return self._settled_edges[node]
 
     def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,9 +144,8 @@ class LazyGuide:
         """The tokens regex state ``q`` reads (ascending) and the states they reach: one walk of the vocabulary
         trie, on first use."""
         if q not in self._state_rows:
-            t = self._trie
-            self._state_rows[q] = _state_row(self._table, t.node_depth, t.node_byte, t.subtree_end, t.token_lo,
-                                             t.node_tokens, q)
+            tokens, targets = state_row(self._table, self._trie, q)
+            self._state_rows[q] = tokens.astype(np.int64), targets.astype(np.int64)
         return self._state_rows[q]
 
     # ---- liveness --------------------------------------------------------------------------------------------
@@ -330,28 +326,3 @@ class LazyGuide:
             raise DisallowedTokenError(f"token {token_id} leads where no canonical completion exists (state {state})")
         return target * self._M + after
 
-
-@njit(cache=True, nogil=True)
-def _state_row(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, origin):
-    """The tokens readable from ``origin`` in ``table`` (states x bytes) and their target states, by token: one
-    forward scan of the preorder trie, a dead byte skipping its subtree (``token_regex._walk`` for one state)."""
-    n = len(node_byte)
-    state_at = np.empty(int(node_depth.max()) + 1, dtype=np.int64)
-    state_at[0] = origin
-    tokens = np.empty(len(node_tokens), dtype=np.int64)
-    targets = np.empty(len(node_tokens), dtype=np.int64)
-    count = 0
-    node = 1
-    while node < n:
-        depth = node_depth[node]
-        state = table[state_at[depth - 1], node_byte[node]]
-        if state < 0:
-            node = subtree_end[node]
-            continue
-        state_at[depth] = state
-        for k in range(token_lo[node], token_lo[node + 1]):
-            tokens[count], targets[count] = node_tokens[k], state
-            count += 1
-        node += 1
-    order = np.argsort(tokens[:count], kind="mergesort")
-    return tokens[:count][order], targets[:count][order]
