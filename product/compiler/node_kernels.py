@@ -19,6 +19,9 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
 - ``split_rows``: rows X, Y, Z of an open node (see ``product.compiler.tables``), testing each edge's targets for
   liveness against their dead merge classes; a target with no partial liveness decides its whole group.
 - ``live_inside``: row Y of pending nodes (single-token edges, inside the piece only).
+- ``open_edges``: a lazy guide's candidate edges of an open node, each with whether its target is settled.
+- ``pending_settled``: for a lazy guide, which (pending node, merge class) pairs one token takes to a node live
+  in every merge class (most are decided so; ``product.runtime.lazy``).
 - ``stale_predecessors``: the nodes the liveness fixpoint must compute again.
 - ``entering_keys``, ``mark_dead``: the (node, merge class) pairs edges bring in; dead classes as bits.
 
@@ -35,7 +38,7 @@ from numba import njit
 from automata.dfa import group_by
 
 __all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links",
-           "distinct_targets", "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead",
+           "distinct_targets", "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead", "pending_settled", "open_edges",
            "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
@@ -420,3 +423,92 @@ def entering_keys(groups, targets, group_tokens, group_bounds, after_class, narr
                 keys[k] = target * num_merge_classes + after_class[group_tokens[i]]
                 k += 1
     return keys
+
+
+@njit(**_KERNEL)
+def _forbids(c, t, position, starts, ends, offsets, dense_row, dense):
+    """Whether F[c] holds token t: a bit of a packed class, else a binary search in its intervals."""
+    row = dense_row[c]
+    if row >= 0:
+        return (dense[row, t >> 5] >> np.uint32(t & 31)) & 1 == 1
+    p = position[t]
+    lo, a, b = offsets[c], offsets[c], offsets[c + 1]
+    while a < b:
+        mid = (a + b) >> 1
+        if starts[mid] <= p:
+            a = mid + 1
+        else:
+            b = mid
+    return a > lo and p < ends[a - 1]
+
+
+@njit(**_KERNEL)
+def pending_settled(rows, classes, row_tokens, row_targets, pending_offsets, pending_tokens, pending_next, num_open,
+                    accepting, context_final, break_possible, position, starts, ends, offsets, dense_row, dense):
+    """For pairs i of one regex state (row ``row_tokens`` ascending, ``row_targets``), each a pending row
+    ``rows[i]`` of the canonical automaton and a merge class ``classes[i]``: whether some completing token the
+    state reads, not forbidden after the class, reaches a settled node — one where the text may end, or an open
+    context where ``break_possible[target state, context]``. (True: the pair is live. False: only the forced
+    targets can make it live.)"""
+    alive = np.zeros(len(rows), dtype=np.bool_)
+    for i in range(len(rows)):
+        c = classes[i]
+        for e in range(pending_offsets[rows[i]], pending_offsets[rows[i] + 1]):
+            t = pending_tokens[e]
+            a, b = 0, len(row_tokens)
+            while a < b:
+                mid = (a + b) >> 1
+                if row_tokens[mid] < t:
+                    a = mid + 1
+                else:
+                    b = mid
+            if a == len(row_tokens) or row_tokens[a] != t:
+                continue
+            q, ctx = row_targets[a], pending_next[e]
+            if not ((accepting[q] and context_final[ctx]) or (ctx < num_open and break_possible[q, ctx])):
+                continue
+            if not _forbids(c, t, position, starts, ends, offsets, dense_row, dense):
+                alive[i] = True
+                break
+    return alive
+
+
+@njit(**_KERNEL)
+def open_edges(tokens, targets, inside_row, boundary_row, accepting, context_final, break_possible, num_open):
+    """A lazy guide's candidate edges of an open node (regex row ``tokens`` -> ``targets``; the context's
+    ``inside_row`` / ``boundary_row`` of next contexts, -1 where none): X edges (boundary only), then Y (inside),
+    then Z (inside tokens that may also follow a boundary, to their boundary context). Returns tokens, target
+    states, target contexts, kind (0 X, 1 Y, 2 Z) and whether each target is settled (the text may end there, or
+    ``break_possible``)."""
+    count = 0
+    for i in range(len(tokens)):
+        t = tokens[i]
+        inside, boundary = inside_row[t], boundary_row[t]
+        count += (inside >= 0) + (boundary >= 0)
+    out_t = np.empty(count, dtype=np.int64)
+    out_q = np.empty(count, dtype=np.int64)
+    out_c = np.empty(count, dtype=np.int64)
+    kind = np.empty(count, dtype=np.int8)
+    settled = np.empty(count, dtype=np.bool_)
+    k = 0
+    for which in range(3):
+        for i in range(len(tokens)):
+            t = tokens[i]
+            inside, boundary = inside_row[t], boundary_row[t]
+            if which == 0:
+                if inside >= 0 or boundary < 0:
+                    continue
+                ctx = boundary
+            elif which == 1:
+                if inside < 0:
+                    continue
+                ctx = inside
+            else:
+                if inside < 0 or boundary < 0:
+                    continue
+                ctx = boundary
+            q = targets[i]
+            out_t[k], out_q[k], out_c[k], kind[k] = t, q, ctx, which
+            settled[k] = (accepting[q] and context_final[ctx]) or (ctx < num_open and break_possible[q, ctx])
+            k += 1
+    return out_t, out_q, out_c, kind, settled

@@ -35,6 +35,7 @@ from automata.dfa import DFA
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
+from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled
 from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
 from product.compiler.token_regex import state_row
 from product.runtime.guide import Guide, _uint32_rows, forced_chain, only_allowed
@@ -66,12 +67,11 @@ class LazyGuide:
         self._M, self._num_open = canonical.num_merge_classes, canonical.num_open_contexts
         self.vocab_size = canonical.vocab_size
         self.eos_token_ids = guide_eos(canonical, eos_token_ids)
-        self._node_of: dict[tuple[int, int], int] = {}
-        self._keys: list[tuple[int, int]] = []
-        self._candidates: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._nodes = NodeTable()  # node ids by key q * contexts + ctx
+        self._C = canonical.num_contexts
+        self._candidates: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
         self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._settled_edges: dict[int, np.ndarray] = {}
-        self._live: dict[tuple[int, int], bool] = {}
+        self._live: dict[int, bool] = {}  # forced (node, merge class) pairs solved
         self._masks: dict[int, np.ndarray] = {}
         self._descriptors: dict[int, tuple[np.ndarray, tuple]] = {}  # node -> (row descriptor, the arrays it points to)
         self._forbidden = _forbidden_index(canonical)
@@ -85,60 +85,77 @@ class LazyGuide:
         if not self._is_live(start, canonical.start_class % self._M):
             raise EmptyLanguageError("no string the regex accepts has a canonical tokenization over this vocabulary")
 
-    # ---- nodes -----------------------------------------------------------------------------------------------
+    # ---- nodes ----------------------------------------------------------------------------------------------
     def _node(self, q: int, ctx: int) -> int:
-        key = (int(q), int(ctx))
-        node = self._node_of.get(key)
-        if node is None:
-            node = self._node_of[key] = len(self._keys)
-            self._keys.append(key)
-        return node
+        return int(self._nodes.ids(np.array([q * self._C + ctx], dtype=np.int64))[0])
+
+    def _key(self, node: int) -> tuple[int, int]:
+        """(regex state, context) of a node."""
+        q, ctx = divmod(int(self._nodes.keys[node]), self._C)
+        return q, ctx
 
     def _final(self, node: int) -> bool:
-        q, ctx = self._keys[node]
+        q, ctx = self._key(node)
         return bool(self._accepting[q]) and bool(self._canonical.context_final[ctx])
 
     def _settled(self, node: int) -> bool:
         """Live in every merge class, known without looking further (module docstring)."""
-        q, ctx = self._keys[node]
+        q, ctx = self._key(node)
         return self._final(node) or (ctx < self._num_open and bool(self._break[q, ctx]))
 
-    def _edges_settled(self, node: int) -> np.ndarray:
-        """Per edge of ``_edges(node)``: whether its target is settled (computed once per node)."""
-        if node not in self._settled_edges:
-            unique, inverse = np.unique(self._edges(node)[1], return_inverse=True)
-            self._settled_edges[node] = np.array([self._settled(v) for v in unique.tolist()], dtype=bool)[inverse]
-        return self._settled_edges[node]
-
-    def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(tokens, target nodes, kind) of every token the regex state reads and the context lets through some
-        way, before liveness: a token both inside and boundary-able appears twice (kinds Y and Z)."""
+    def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens, target nodes, kind, settled) of every token the regex state reads and the context lets through
+        some way, before liveness: a token both inside and boundary-able appears twice (kinds Y and Z); settled:
+        whether the target is (``_settled``). Only forced targets get a node id (-1 for the others: liveness never
+        asks about them, and ``advance`` finds its target itself)."""
         if node not in self._candidates:
-            q, ctx = self._keys[node]
+            q, ctx = self._key(node)
+            if ctx >= self._num_open:
+                self._build_pending([node])
+                return self._candidates[node]
             tokens, targets = self._row(q)
             a = self._canonical
-            if ctx < self._num_open:
-                inside, boundary = a.inside_next[ctx, tokens].astype(np.int64), a.boundary_next[ctx, tokens].astype(np.int64)
-                x = (inside < 0) & (boundary >= 0)
-                y = inside >= 0
-                z = y & (boundary >= 0)
-                parts = [(tokens[x], targets[x], boundary[x], _X), (tokens[y], targets[y], inside[y], _Y),
-                         (tokens[z], targets[z], boundary[z], _Z)]
-            else:
-                row = ctx - self._num_open
-                lo, hi = a.pending_offsets[row], a.pending_offsets[row + 1]
-                finishers, nxt = a.pending_tokens[lo:hi].astype(np.int64), a.pending_next[lo:hi].astype(np.int64)
-                where = np.searchsorted(tokens, finishers)
-                hit = (where < len(tokens)) & (tokens[np.minimum(where, len(tokens) - 1)] == finishers)
-                parts = [(finishers[hit], targets[where[hit]], nxt[hit], _Y)]
-            out_t, out_n, out_k = [], [], []
-            for toks, qs, ctxs, kind in parts:
-                keys = qs * (1 << 32) + ctxs
-                unique, inverse = np.unique(keys, return_inverse=True)
-                ids = np.array([self._node(k >> 32, k & 0xFFFFFFFF) for k in unique.tolist()], dtype=np.int64)
-                out_t.append(toks), out_n.append(ids[inverse]), out_k.append(np.full(len(toks), kind, np.int8))
-            self._candidates[node] = (np.concatenate(out_t), np.concatenate(out_n), np.concatenate(out_k))
+            tokens, qs, ctxs, kind, settled = open_edges(tokens, targets, a.inside_next[ctx], a.boundary_next[ctx],
+                                                         self._accepting, a.context_final, self._break, self._num_open)
+            ids = np.full(len(tokens), -1, dtype=np.int64)
+            ids[~settled] = self._nodes.ids(qs[~settled] * self._C + ctxs[~settled])
+            self._candidates[node] = (tokens, ids, kind, settled)
         return self._candidates[node]
+
+    def _targets(self, qs: np.ndarray, ctxs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(node ids, settled) of the edges into (qs, ctxs): an id (-1 if settled) and whether the target is
+        settled."""
+        settled = self._accepting[qs] & self._canonical.context_final[ctxs]
+        is_open = ctxs < self._num_open
+        settled[is_open] |= self._break[qs[is_open], ctxs[is_open]]
+        ids = np.full(len(qs), -1, dtype=np.int64)
+        ids[~settled] = self._nodes.ids(qs[~settled] * self._C + ctxs[~settled])
+        return ids, settled
+
+    def _build_pending(self, nodes: list[int]) -> None:
+        """``_edges`` of many nodes inside an unfinished character at once (one compiled pass,
+        ``node_kernels.pending_edges``): the completing tokens their regex states read."""
+        keys = [self._key(n) for n in nodes]
+        states = sorted({q for q, _ in keys})
+        rows = [self._row(q) for q in states]
+        row_offsets = np.zeros(max(states) + 2, dtype=np.int64)
+        sizes = np.zeros(max(states) + 1, dtype=np.int64)
+        sizes[states] = [len(r[0]) for r in rows]
+        row_offsets[1:] = np.cumsum(sizes)
+        a = self._canonical
+        none = np.full(max(states) + 1, -1, dtype=np.int64)
+        counts, tokens, edge_keys = pending_edges(
+            np.array([q for q, _ in keys], dtype=np.int64), np.array([c - self._num_open for _, c in keys], dtype=np.int64),
+            a.pending_offsets, a.pending_tokens, a.pending_next, row_offsets,
+            np.concatenate([r[0] for r in rows]).astype(np.int32), np.concatenate([r[1] for r in rows]),
+            none, none, np.zeros((1, 1), dtype=np.uint32), self._C)
+        qs, ctxs = np.divmod(edge_keys, self._C)
+        targets, settled = self._targets(qs, ctxs)
+        tokens = tokens.astype(np.int64)
+        bounds = np.concatenate([[0], np.cumsum(counts)])
+        for i, n in enumerate(nodes):
+            lo, hi = bounds[i], bounds[i + 1]
+            self._candidates[n] = (tokens[lo:hi], targets[lo:hi], np.full(hi - lo, _Y, np.int8), settled[lo:hi])
 
     def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         """The tokens regex state ``q`` reads (ascending) and the states they reach: one walk of the vocabulary
@@ -149,85 +166,106 @@ class LazyGuide:
         return self._state_rows[q]
 
     # ---- liveness --------------------------------------------------------------------------------------------
+    # A (node, merge class) pair is the int ``node * M + mc``, as a state is.
     def _is_live(self, node: int, mc: int) -> bool:
         if self._settled(node):
             return True
-        if (node, mc) not in self._live:
-            self._solve_region({node: {mc}})
-        return self._live[(node, mc)]
+        pair = node * self._M + mc
+        if pair not in self._live:
+            self._solve_region(np.array([pair], dtype=np.int64))
+        return self._live[pair]
 
-    def _solve_region(self, queries: dict[int, set[int]]) -> None:
-        """Liveness of the (forced node, merge class) pairs asked and of every pair they depend on: the forced nodes
-        reachable through forced nodes, each for the merge classes that enter it; a least fixpoint (live iff some
-        allowed edge reaches a settled node or a live pair). One call for all the pairs a node's row asks about."""
-        after = self._canonical.after_class
-        need: dict[int, set[int]] = {n: set(classes) for n, classes in queries.items()}
-        order, seen = list(need), set(need)
-        while order:  # the forced region and the classes entering each of its nodes
-            n = order.pop()
-            tokens, targets, _ = self._edges(n)
-            forced = ~self._edges_settled(n)
-            for t, v in zip(tokens[forced].tolist(), targets[forced].tolist()):
-                need.setdefault(v, set()).add(int(after[t]))
-                if v not in seen:
-                    seen.add(v)
-                    order.append(v)
-        live: dict[tuple[int, int], bool] = {}
-        waiting: dict[int, tuple[list[int], list[int], list[int], list[int]]] = {}
-        for n, classes in need.items():
-            tokens, targets, kind = self._edges(n)
-            sure = self._edges_settled(n)
-            forced = np.flatnonzero(~sure)
-            waiting[n] = (tokens[forced].tolist(), kind[forced].tolist(), targets[forced].tolist(),
-                          after[tokens[forced]].tolist())
-            todo = np.array(sorted(c for c in classes if (n, c) not in self._live), dtype=np.int64)
-            if not len(todo):
+    def _solve_region(self, frontier: np.ndarray) -> None:
+        """Liveness of the (forced node, merge class) pairs ``frontier`` (none known yet) and of every pair they
+        depend on, a least fixpoint explored on demand. Each round decides the pairs one edge into a settled node
+        keeps alive (``_alive_by_settled``: a compiled pass per regex state for the pending ones); only the rest —
+        a few per cent: a completing token is usually forbidden because the merge that makes the character one
+        token fires — have their forced edges followed, for that class, to the pairs they enter. When no new pair
+        turns up, liveness flows back from the live pairs over those edges; what it does not reach is dead."""
+        after, M = self._canonical.after_class, self._M
+        found: dict[int, bool] = {}
+        successors: dict[int, list[int]] = {}  # pairs not settled in one step -> the pairs their forced edges enter
+        while len(frontier):
+            alive = self._alive_by_settled(frontier)
+            found.update(dict.fromkeys(frontier[alive].tolist(), True))
+            undecided = frontier[~alive]
+            unbuilt = [n for n in np.unique(undecided // M).tolist()
+                       if n not in self._candidates and self._key(n)[1] >= self._num_open]
+            if unbuilt:
+                self._build_pending(unbuilt)
+            entering: set[int] = set()
+            for pair in undecided.tolist():
+                n, c = divmod(pair, M)
+                tokens, targets, kind, settled = self._edges(n)
+                forced = ~settled
+                tokens, targets, kind = tokens[forced], targets[forced], kind[forced]
+                allowed = (kind == _X) | ((kind == _Y) != self._canonical.forbids(c, tokens))
+                nexts = successors[pair] = (targets[allowed] * M + after[tokens[allowed]]).tolist()
+                entering.update(nexts)
+            frontier = np.array([p for p in entering if p not in self._live and p not in found and p not in successors],
+                                dtype=np.int64)
+        predecessors: dict[int, list[int]] = {}
+        for pair, nexts in successors.items():
+            for p in nexts:
+                predecessors.setdefault(p, []).append(pair)
+        stack = [p for p in predecessors if found.get(p, self._live.get(p, False))]
+        while stack:
+            for pair in predecessors.get(stack.pop(), ()):
+                if not found.get(pair, False):
+                    found[pair] = True
+                    stack.append(pair)
+        for pair in successors:
+            found.setdefault(pair, False)
+        self._live.update(found)
+
+    def _alive_by_settled(self, pairs: np.ndarray) -> np.ndarray:
+        """bool per (forced node, merge class) pair: whether one allowed edge reaches a settled node."""
+        alive = np.zeros(len(pairs), dtype=bool)
+        nodes, classes = np.divmod(pairs, self._M)
+        qs, ctxs = np.divmod(self._nodes.keys[nodes], self._C)
+        pending = ctxs >= self._num_open
+        for n in np.unique(nodes[~pending]).tolist():  # open nodes (the rest of a literal): few, one query each
+            where = np.flatnonzero(nodes == n)
+            tokens, _, kind, sure = self._edges(n)
+            if (kind[sure] == _X).any():  # a boundary token into a settled node: every class lives
+                alive[where] = True
                 continue
-            # classes an edge into a settled node keeps alive: all of them with an X edge, else those whose F does
-            # not hold every such Y token or does hold a Z one (one batched query, ``ForbiddenSets.dead_classes``)
-            if (kind[sure] == _X).any():
-                dead = np.zeros(0, dtype=np.int64)
-            else:
-                dead = self._forbidden.dead_classes(tokens[sure & (kind == _Y)], tokens[sure & (kind == _Z)], todo)
-            alive = ~np.isin(todo, dead)
-            live.update(zip(((n, c) for c in todo.tolist()), alive.tolist()))
-        changed = True
-        while changed:  # (forced regions are small where the pre-tokenizer splits: a literal's tail, a character)
-            changed = False
-            for (n, c), ok in live.items():
-                if ok:
-                    continue
-                tokens, kinds, targets, afters = waiting[n]
-                for t, k, v, ac in zip(tokens, kinds, targets, afters):
-                    if live.get((v, ac), self._live.get((v, ac), False)) and self._allows(k, c, t):
-                        live[(n, c)] = changed = True
-                        break
-        self._live.update(live)
-
-    def _allows(self, kind: int, mc: int, token: int) -> bool:
-        return kind == _X or (kind == _Y) != bool(self._canonical.forbids(mc, token))
+            dead = self._forbidden.dead_classes(tokens[sure & (kind == _Y)], tokens[sure & (kind == _Z)],
+                                                classes[where])
+            alive[where] = ~np.isin(classes[where], dead)
+        a, f = self._canonical, self._forbidden
+        for q in np.unique(qs[pending]).tolist():
+            where = np.flatnonzero(pending & (qs == q))
+            tokens, targets = self._row(q)
+            alive[where] = pending_settled(ctxs[where] - self._num_open, classes[where], tokens, targets,
+                                           a.pending_offsets, a.pending_tokens, a.pending_next, self._num_open,
+                                           self._accepting, a.context_final, self._break, f.position, f.starts,
+                                           f.ends, f.offsets, f.dense_row, f.dense)
+        return alive
 
     def _live_rows(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """X, Y, Z of a node: its candidates whose target is live for the merge class the token leaves."""
+        """X, Y, Z of a node (ascending): its candidates whose target is live for the merge class the token
+        leaves."""
         if node not in self._rows:
-            tokens, targets, kind = self._edges(node)
-            keep = self._edges_settled(node).copy()
-            forced = np.flatnonzero(~keep)
-            pairs = list(zip(targets[forced].tolist(), self._canonical.after_class[tokens[forced]].tolist()))
-            queries: dict[int, set[int]] = {}
-            for v, c in pairs:
-                if (v, c) not in self._live:
-                    queries.setdefault(v, set()).add(c)
-            if queries:
-                self._solve_region(queries)
-            keep[forced] = [self._live[p] for p in pairs]
-            self._rows[node] = tuple(np.sort(tokens[keep & (kind == k)]) for k in (_X, _Y, _Z))
+            tokens, targets, kind, settled = self._edges(node)
+            keep = settled.copy()
+            forced = np.flatnonzero(~settled)
+            if len(forced):
+                pairs, inverse = np.unique(targets[forced] * self._M + self._canonical.after_class[tokens[forced]],
+                                           return_inverse=True)
+                unknown = np.array([p for p in pairs.tolist() if p not in self._live], dtype=np.int64)
+                if len(unknown):
+                    self._solve_region(unknown)
+                keep[forced] = np.array([self._live[p] for p in pairs.tolist()], dtype=bool)[inverse]
+            rows = tuple(tokens[keep & (kind == k)] for k in (_X, _Y, _Z))
+            pending = self._key(node)[1] >= self._num_open  # (an open node's edges are in row order, ascending)
+            self._rows[node] = tuple(np.sort(r) for r in rows) if pending else rows
         return self._rows[node]
 
     # ---- serving ---------------------------------------------------------------------------------------------
     def _split(self, state: int) -> tuple[int, int]:
         node, mc = divmod(int(state), self._M)
-        if not 0 <= node < len(self._keys):
+        if not 0 <= node < len(self._nodes):
             raise ValueError(f"{state} is not a state of this guide")
         return node, mc
 
@@ -313,7 +351,7 @@ class LazyGuide:
             return self._advance(node, mc, int(token_id), state)
 
     def _advance(self, node: int, mc: int, token_id: int, state: int) -> int:
-        q, ctx = self._keys[node]
+        q, ctx = self._key(node)
         tokens, targets = self._row(q)
         i = int(np.searchsorted(tokens, token_id))
         if i == len(tokens) or tokens[i] != token_id:
