@@ -22,7 +22,7 @@ Peers are optional bench dependencies (``pip install -e ".[bench]"`` and ``pip i
 xgrammar==0.2.8``; xgrammar's declared dependencies would pull a CUDA torch and triton). An engine that is not
 installed is reported as missing, not skipped silently.
 
-    python bench/peers.py [--tokenizers gpt2,llama3] [--out bench/results/peers.json]
+    python bench/peers.py [--tokenizers gpt2,llama3] [--out bench/results/peers.json] [--lazy]
 """
 
 from __future__ import annotations
@@ -79,6 +79,7 @@ def _rss_mb() -> float:
 
 class Canonmerge:
     name = "canonmerge"
+    lazy = False  # --lazy: guides built as they are walked (``compile_regex(..., lazy=True)``)
 
     def __init__(self, tokenizer: str, runtime, canonical_only=True):
         self.canonical = compile_tokenizer(tokenizer_source(tokenizer))
@@ -88,7 +89,7 @@ class Canonmerge:
         compile_regex("warm|up", self.canonical)  # vocabulary trie, built once per tokenizer
 
     def compile(self, pattern):
-        return compile_regex(pattern, self.canonical, canonical_only=self.canonical_only)
+        return compile_regex(pattern, self.canonical, canonical_only=self.canonical_only, lazy=self.lazy)
 
     def walk(self, guide, ids, times, advance_times):
         out = torch.zeros((1, guide.num_words), dtype=torch.int32)  # like the peers' buffers: written, so resident
@@ -328,7 +329,11 @@ def main() -> None:
     parser.add_argument("--tokenizers", default="gpt2,llama3")
     parser.add_argument("--repeats", type=int, default=3, help="compile-and-walk repetitions; medians are reported")
     parser.add_argument("--out", type=Path, default=Path(__file__).parent / "results" / "peers.json")
+    parser.add_argument("--lazy", action="store_true", help="canonmerge's guides built as they are walked "
+                        "(compile_regex(..., lazy=True)): every mask of a walk is a first visit")
     args = parser.parse_args()
+    if args.lazy:
+        Canonmerge.lazy, Canonmerge.name = True, "canonmerge (lazy)"
     results = run(args.tokenizers.split(","), args.repeats)
     print_table(results)
     print_compile_comparison(results)

@@ -1,31 +1,36 @@
-"""A regex guide built as it is walked: a node's rows and its targets' liveness on first visit (issue 35).
+"""A regex guide built as it is walked: a node's rows and its targets' liveness on first visit.
 
 ``product.compiler.tables.CompiledGuide`` builds every product node (regex state, canonical context) and solves
 liveness over all of them before the first mask; a generation visits about 1 % of them
 (``bench/liveness_locality.py``). ``LazyGuide`` serves the same masks and builds only what is asked:
 
-- a node's candidate tokens on first visit: the regex state's row (``TokenTransitions``) split as the canonical
-  automaton splits it — X (a boundary must precede the token), Y (the token may continue the piece: allowed iff not
-  forbidden after the merge class), Z (it may do either: its boundary target, taken iff forbidden);
+- a node's candidate tokens on first visit: the regex state's row (one compiled walk of the vocabulary trie,
+  ``token_regex.state_row``) split as the canonical automaton splits it — X (a boundary must precede the token), Y
+  (the token may continue the piece: allowed iff not forbidden after the merge class), Z (it may do either: its
+  boundary target, taken iff forbidden) — in one compiled pass (``node_kernels.open_edges``);
 - each candidate's target liveness, for the merge class the token leaves behind (``after_class``): a target where
   the text may end, or where some completion lets the pre-tokenizer place a piece boundary
-  (``product.compiler.boundaries.break_possible``), is live in every merge class; the others are *forced* — the
-  text must go on inside the current piece (the rest of a literal, an unfinished character) — and are decided by
-  a least fixpoint over the forced region reachable from them, for the merge classes that enter it;
+  (``product.compiler.boundaries.break_possible``), is *settled*: live in every merge class. The others are
+  *forced* — the text must go on inside the current piece (the rest of a literal, an unfinished character) — and
+  are decided by a least fixpoint explored on demand (``_solve_region``): most (forced node, class) pairs have an
+  allowed edge into a settled node (one compiled pass over the pending ones, ``node_kernels.pending_settled``),
+  and only the others are followed further;
 - ``mask(node, mc) = X | (Y & ~F[mc]) | (Z & F[mc])`` (+ EOS where the text may end): the node's rows stored as the
   eager guide stores them (few class-dependent tokens as arrays, many packed: ``CompiledGuide._store_rows``) and the
-  mask filled by the same compiled kernel (``product.runtime.kernels.cpu.fill_mask``), cached per state.
+  mask filled by the same compiled kernel (``product.runtime.kernels.cpu.fill_mask``) into ``Guide``'s mask cache.
 
 So every allowed token still leads to a live state, and the masks equal the eager guide's (tested state by state
-along walks). It serves what a generation loop calls (``allowed``, ``fill_bitmask``, ``advance``, ``forced_tokens``,
-``is_accepting``, ``accepts``), first visits under a lock. Leaves out (for now): counted repetitions, stitched
-fragments, batch kernels over many guides, the any-tokenization comparison mode, a compile budget for first visits;
-the region fixpoint is Python over numpy (a tokenizer without pre-tokenizer splits, such as Mistral's, has no
-boundary to settle anything: its forced region is the whole product, ``helps``).
+along walks). It is a ``Guide``: ``Matcher``, the batch kernels (which hand its states to ``_fill_row``) and the
+clients take it; node ids are handed out in visit order, so two lazy guides of one regex number their states
+differently. First visits grow shared tables under a lock of their own. ``product.compile_regex`` serves one where
+it helps. Leaves out: counted repetitions (unrolled: the caller keeps long ones eager), stitched fragments, the
+any-tokenization comparison mode, a budget for first visits; a tokenizer without pre-tokenizer splits, such as
+Mistral's, has no boundary to settle anything (its forced region is the whole product, ``helps``).
 """
 
 from __future__ import annotations
 
+import operator
 import threading
 
 import numpy as np
@@ -38,17 +43,20 @@ from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED,
 from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled
 from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
 from product.compiler.token_regex import state_row
-from product.runtime.guide import Guide, _uint32_rows, forced_chain, only_allowed
-from product.runtime.kernels.cpu import fill_mask
+from product.runtime.guide import Guide
+from product.runtime.kernels.cpu import fill_mask, fill_mask_at
 
 __all__ = ["LazyGuide"]
 
 _X, _Y, _Z = 0, 1, 2  # how a candidate is allowed: always / iff not forbidden / iff forbidden
 
 
-class LazyGuide:
-    """Masks of the canonical tokenizations of a regex's language, nodes built on first visit. A state is
-    ``node * num_merge_classes + merge_class``, as in ``Guide``."""
+class LazyGuide(Guide):
+    """Masks of the canonical tokenizations of a regex's language, nodes built on first visit: a ``Guide`` (states
+    ``node * num_merge_classes + merge_class``; the mask cache, ``fill_bitmask``, ``advance``, ``Matcher`` and the
+    clients as for any guide) whose node ids are handed out as the walk meets them."""
+
+    _plain_guide = False  # (its rows are built on first visit, not stored as a compiled table)
 
     @staticmethod
     def helps(canonical: CanonicalAutomaton) -> bool:
@@ -57,33 +65,75 @@ class LazyGuide:
         whole product's, and the eager ``Guide`` answers it faster."""
         return bool((canonical.marked_transitions[:, -1] >= 0).any())
 
-    def __init__(self, dfa: DFA, canonical: CanonicalAutomaton, *, eos_token_ids=None):
-        self._canonical = canonical
+    def __init__(self, dfa: DFA, canonical: CanonicalAutomaton, *, eos_token_ids=None, cache_size: int = 4096,
+                 name: str = "", start_context: int = 0, ends: np.ndarray | None = None,
+                 exit_live: np.ndarray | None = None):
+        """The guide of ``dfa``'s language. For a fragment of a stitched constraint (``product.stitched``), as
+        ``Guide``'s: ``start_context`` (the open context the text before left), ``ends`` (bool per DFA state: where
+        the text may end, EOS allowed; default ``dfa.accepting``) and ``exit_live`` (bool [DFA state, context]: a
+        cut exit leading to a fragment live from that context — the node is final, live in every merge class)."""
+        if cache_size < 1:
+            raise ValueError(f"cache_size must be at least 1, not {cache_size}")
+        if not 0 <= start_context < canonical.num_open_contexts:
+            raise ValueError(f"start_context {start_context} is not an open context of the automaton")
+        self.name, self.canonical_only = name, True
+        self._canonical = self._tokens = self._automaton = canonical
         self._table = np.ascontiguousarray(dfa.transitions)
         self._trie = vocabulary_trie(canonical)
         self._state_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        self._accepting = dfa.accepting
-        self._break = break_possible(dfa, canonical)  # [DFA state, open context]
         self._M, self._num_open = canonical.num_merge_classes, canonical.num_open_contexts
+        self._accepting = dfa.accepting if ends is None else np.asarray(ends, dtype=bool)
+        # [DFA state, open context]: settled without the product (a boundary here is possible, or a live cut exit)
+        if exit_live is None:
+            self._exit_live = None
+            self._break = break_possible(dfa, canonical, ends=self._accepting)
+        else:
+            self._exit_live = np.ascontiguousarray(exit_live[:, : self._num_open], dtype=bool)
+            self._break = break_possible(dfa, canonical, ends=self._accepting, exits=self._exit_live.all(axis=1))
+            self._break |= self._exit_live
         self.vocab_size = canonical.vocab_size
         self.eos_token_ids = guide_eos(canonical, eos_token_ids)
         self._nodes = NodeTable()  # node ids by key q * contexts + ctx
         self._C = canonical.num_contexts
         self._candidates: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-        self._rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._node_rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._live: dict[int, bool] = {}  # forced (node, merge class) pairs solved
-        self._masks: dict[int, np.ndarray] = {}
         self._descriptors: dict[int, tuple[np.ndarray, tuple]] = {}  # node -> (row descriptor, the arrays it points to)
         self._forbidden = _forbidden_index(canonical)
-        self._forbidden_table = self._forbidden.table
         self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
         self.num_words = (self.vocab_size + 31) // 32
-        self._lock = threading.RLock()  # (first visits build shared tables)
-        self._forced: dict[int, tuple[int, ...]] = {}
-        start = self._node(dfa.start, 0)
+        # First visits grow shared tables: under this lock, taken after the mask cache's (``Guide._lock``) where
+        # both are held, never before it.
+        self._build_lock = threading.RLock()
+        start = self._node(dfa.start, start_context)
         self.initial_state = start * self._M + canonical.start_class % self._M
         if not self._is_live(start, canonical.start_class % self._M):
             raise EmptyLanguageError("no string the regex accepts has a canonical tokenization over this vocabulary")
+        self._init_mask_cache(cache_size)
+        self._mask(self.initial_state)
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        del state["_build_lock"]
+        state["_descriptors"] = {}  # (addresses are this process's; rebuilt on use)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._build_lock = threading.RLock()
+
+    @property
+    def num_nodes(self) -> int:
+        """Product nodes met so far (a node's rows are built when its mask or a step out of it is first asked)."""
+        return len(self._nodes)
+
+    @property
+    def memory_bytes(self) -> int:
+        arrays = [a for rows in self._node_rows.values() for a in rows]
+        arrays += [a for rows in self._candidates.values() for a in rows]
+        arrays += [a for rows in self._state_rows.values() for a in rows]
+        arrays += [self._table, self._break, *self._slabs, self._cache.record]
+        return int(sum(a.nbytes for a in arrays))
 
     # ---- nodes ----------------------------------------------------------------------------------------------
     def _node(self, q: int, ctx: int) -> int:
@@ -94,14 +144,17 @@ class LazyGuide:
         q, ctx = divmod(int(self._nodes.keys[node]), self._C)
         return q, ctx
 
-    def _final(self, node: int) -> bool:
+    def _ends(self, node: int) -> bool:
+        """Whether the text may end at the node (EOS), or go on past a live cut exit there."""
         q, ctx = self._key(node)
+        if self._exit_live is not None and ctx < self._num_open and self._exit_live[q, ctx]:
+            return True
         return bool(self._accepting[q]) and bool(self._canonical.context_final[ctx])
 
     def _settled(self, node: int) -> bool:
         """Live in every merge class, known without looking further (module docstring)."""
         q, ctx = self._key(node)
-        return self._final(node) or (ctx < self._num_open and bool(self._break[q, ctx]))
+        return self._ends(node) or (ctx < self._num_open and bool(self._break[q, ctx]))
 
     def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(tokens, target nodes, kind, settled) of every token the regex state reads and the context lets through
@@ -162,7 +215,7 @@ class LazyGuide:
         trie, on first use."""
         if q not in self._state_rows:
             tokens, targets = state_row(self._table, self._trie, q)
-            self._state_rows[q] = tokens.astype(np.int64), targets.astype(np.int64)
+            self._state_rows[q] = tokens, targets  # (int32: a row spanning Llama-3's vocabulary is 1 MB)
         return self._state_rows[q]
 
     # ---- liveness --------------------------------------------------------------------------------------------
@@ -246,7 +299,7 @@ class LazyGuide:
     def _live_rows(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """X, Y, Z of a node (ascending): its candidates whose target is live for the merge class the token
         leaves."""
-        if node not in self._rows:
+        if node not in self._node_rows:
             tokens, targets, kind, settled = self._edges(node)
             keep = settled.copy()
             forced = np.flatnonzero(~settled)
@@ -259,108 +312,77 @@ class LazyGuide:
                 keep[forced] = np.array([self._live[p] for p in pairs.tolist()], dtype=bool)[inverse]
             rows = tuple(tokens[keep & (kind == k)] for k in (_X, _Y, _Z))
             pending = self._key(node)[1] >= self._num_open  # (an open node's edges are in row order, ascending)
-            self._rows[node] = tuple(np.sort(r) for r in rows) if pending else rows
-        return self._rows[node]
+            self._node_rows[node] = tuple(np.sort(r) for r in rows) if pending else rows
+            if self._settled(node):  # (no pair ever asks for its edges again: only forced nodes' are kept)
+                del self._candidates[node]
+        return self._node_rows[node]
 
-    # ---- serving ---------------------------------------------------------------------------------------------
+    # ---- serving (``Guide``'s interface over nodes built on first visit) -----------------------------------------
     def _split(self, state: int) -> tuple[int, int]:
-        node, mc = divmod(int(state), self._M)
+        try:
+            node, mc = divmod(operator.index(state), self._M)
+        except TypeError:
+            raise TypeError(f"a guide state is an int, not {type(state).__name__} ({state!r})") from None
         if not 0 <= node < len(self._nodes):
             raise ValueError(f"{state} is not a state of this guide")
         return node, mc
 
     def is_accepting(self, state: int) -> bool:
-        return self._final(self._split(state)[0])
+        return self._ends(self._split(state)[0])
 
-    def _descriptor(self, node: int) -> np.ndarray:
-        """The node's row descriptor for the mask kernel (``CompiledGuide._store_rows``' layout), built once."""
+    def _descriptor(self, node: int) -> int:
+        """The address of the node's row descriptor for the mask kernels (``CompiledGuide._store_rows``' layout),
+        built on first use."""
         if node not in self._descriptors:
-            X, Y, Z = self._live_rows(node)
-            n = self.num_words
-            if len(Y) + len(Z) <= _SPARSE_LIMIT:
-                Y, Z = (np.ascontiguousarray(a, dtype=np.int32) for a in (Y, Z))
-                if len(X) > _SPARSE_LIMIT:
-                    kind, arrays = ROW_SPARSE_PACKED, (pack(X, n), Y, Z)
+            with self._build_lock:
+                X, Y, Z = self._live_rows(node)
+                n = self.num_words
+                if len(Y) + len(Z) <= _SPARSE_LIMIT:
+                    Y, Z = (np.ascontiguousarray(a, dtype=np.int32) for a in (Y, Z))
+                    if len(X) > _SPARSE_LIMIT:
+                        kind, arrays = ROW_SPARSE_PACKED, (pack(X, n), Y, Z)
+                    else:
+                        kind, arrays = ROW_SPARSE, (np.ascontiguousarray(X, dtype=np.int32), Y, Z)
                 else:
-                    kind, arrays = ROW_SPARSE, (np.ascontiguousarray(X, dtype=np.int32), Y, Z)
-            else:
-                packed_x = pack(X, n)
-                inside = packed_x | pack(Y, n)
-                kind, arrays = ROW_DENSE, (inside, inside ^ (packed_x | pack(Z, n)))
-            descriptor = np.array(row_descriptor(kind, self._final(node), *arrays), dtype=np.int64)
-            self._descriptors[node] = (descriptor, arrays)
-        return self._descriptors[node][0]
+                    packed_x = pack(X, n)
+                    inside = packed_x | pack(Y, n)
+                    kind, arrays = ROW_DENSE, (inside, inside ^ (packed_x | pack(Z, n)))
+                descriptor = np.array(row_descriptor(kind, self._ends(node), *arrays), dtype=np.int64)
+                self._descriptors[node] = (descriptor, arrays)
+        return self._descriptors[node][0].ctypes.data
 
-    def _words(self, state: int) -> np.ndarray:
-        """The mask of ``state`` as packed words (bit ``t % 32`` of word ``t // 32``), EOS included."""
-        words = self._masks.get(state)
-        if words is None:
-            with self._lock:
-                node, mc = self._split(state)
-                words = np.zeros(self.num_words, dtype=np.uint32)
-                fill_mask(words, self._forbidden_table, self._descriptor(node).ctypes.data, mc, self._eos_array)
-                self._masks[state] = words
-        return words
-
-    def fill_bitmask(self, states, out, *, threads: int = 1) -> None:
-        """``Guide.fill_bitmask``: the masks of ``states`` into the first rows of ``out`` (int32 or uint32
-        ``[rows, num_words]``, numpy or a CPU torch tensor); every state is checked before a row is written.
-        (``threads`` is accepted for the interface; the rows are copied one by one.)"""
-        rows = _uint32_rows(out, len(states), self.num_words)
-        masks = [self._words(int(state)) for state in states]
-        for i, words in enumerate(masks):
-            rows[i] = words
-
-    def forced_tokens(self, state: int) -> tuple[int, ...]:
-        """The chain of tokens that are the only choice from ``state`` (empty where there is a choice, EOS
-        included): appending them needs no model call."""
-        chain = self._forced.get(state)
-        if chain is None:
-            chain = self._forced[state] = forced_chain(int(state), self.is_accepting,
-                                                       lambda s: only_allowed(self._words(s)), self.advance)
-        return chain
-
-    def token_id(self, token_id) -> int:
-        """``token_id`` as an int of this vocabulary (``Guide.token_id``)."""
-        return Guide.token_id(self, token_id)
-
-    def accepts(self, token_ids) -> bool:
-        """Whether ``token_ids`` (no EOS) is a complete text of the constraint, tokenized as the guide allows."""
-        state = self.initial_state
-        try:
-            for t in token_ids:
-                state = self.advance(state, int(t))
-        except DisallowedTokenError:
-            return False
-        return self.is_accepting(state)
-
-    def allowed(self, state: int) -> np.ndarray:
-        """bool[V]: the tokens that may come next, EOS included where the text may end."""
-        words = self._words(state)
-        return np.unpackbits(words.view(np.uint8), bitorder="little")[: self.vocab_size].astype(bool)
-
-    def advance(self, state: int, token_id: int) -> int:
-        """The state after ``token_id`` (EOS where the text may end leaves it unchanged); ``DisallowedTokenError``
-        for a token the mask does not allow. Decided for the one token: no mask is built."""
+    def _fill_row(self, state: int, words: np.ndarray) -> None:
         node, mc = self._split(state)
-        if token_id in self.eos_token_ids and self._final(node):
-            return state
-        if not 0 <= token_id < self.vocab_size:
-            raise DisallowedTokenError(f"token {token_id} is outside the vocabulary")
-        with self._lock:
-            return self._advance(node, mc, int(token_id), state)
+        fill_mask(words, self._forbidden.table, self._descriptor(node), mc, self._eos_array)
 
-    def _advance(self, node: int, mc: int, token_id: int, state: int) -> int:
-        q, ctx = self._key(node)
-        tokens, targets = self._row(q)
-        i = int(np.searchsorted(tokens, token_id))
-        if i == len(tokens) or tokens[i] != token_id:
-            raise DisallowedTokenError(f"token {token_id} leaves the language in state {state}")
-        a = self._canonical
-        nxt = a.class_after(ctx * self._M + mc, token_id) // self._M  # (raises where the tokenization is not canonical)
-        after = int(a.after_class[token_id])
-        target = self._node(int(targets[i]), nxt)
-        if not self._is_live(target, after):
-            raise DisallowedTokenError(f"token {token_id} leads where no canonical completion exists (state {state})")
-        return target * self._M + after
+    def _fill_at(self, state: int, out, address: int) -> None:
+        node, mc = self._split(state)
+        fill_mask_at(address, self._forbidden.table, self._descriptor(node), mc, self._eos_array)
 
+    def _step(self, state: int, token: int) -> int:
+        """``advance`` for an int state and a token id inside the vocabulary, decided for the one token (the mask's
+        bit where it is cached; else the token's row entry, its canonical step and its target's liveness)."""
+        node, mc = self._split(state)
+        if token in self.eos_token_ids:
+            if self._ends(node):
+                return state
+            raise DisallowedTokenError(f"EOS is not allowed in state {state} of {self.name!r}: the text is unfinished")
+        allowed = self._cached_bit(state, token)
+        if allowed is False:
+            raise DisallowedTokenError(f"token {token} ({self._describe(token)}) is not allowed in state {state} "
+                                       f"of {self.name!r}")
+        with self._build_lock:
+            q, ctx = self._key(node)
+            tokens, targets = self._row(q)
+            i = int(np.searchsorted(tokens, token))
+            if i == len(tokens) or tokens[i] != token:
+                raise DisallowedTokenError(f"token {token} ({self._describe(token)}) leaves the language in state "
+                                           f"{state} of {self.name!r}")
+            a = self._canonical
+            nxt = a.class_after(ctx * self._M + mc, token) // self._M  # (raises where it is not canonical)
+            after = int(a.after_class[token])
+            target = self._node(int(targets[i]), nxt)
+            if not allowed and not self._is_live(target, after):
+                raise DisallowedTokenError(f"token {token} ({self._describe(token)}) leads where no canonical "
+                                           f"completion exists (state {state} of {self.name!r})")
+            return target * self._M + after

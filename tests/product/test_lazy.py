@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from automata import EmptyLanguageError, from_regex
 from bpe.automaton import DisallowedTokenError
+from product import InvalidTokenError, compile_regex, compile_stitched
 from product.compiler.tables import vocabulary_trie
 from product.compiler.token_regex import TokenTransitions
 from product.runtime.guide import Guide
@@ -32,7 +33,7 @@ def test_masks_equal_the_eager_guides_along_walks(tokenizer):
         eager, lazy = _pair(tokenizer, pattern)
         for _ in range(8):
             walk_alike(eager, lazy, rng, 40)
-        assert len(lazy._rows) < max(eager.num_nodes, 12)  # (only visited nodes get rows)
+        assert len(lazy._node_rows) < max(eager.num_nodes, 12)  # (only visited nodes get rows)
 
 
 @settings(max_examples=40, deadline=None)
@@ -76,8 +77,7 @@ def test_it_says_where_it_helps():
 
 
 def test_the_generation_interface_matches_the_eager_guides():
-    """What a generation loop calls: batched bitmasks (numpy and torch buffers), forced chains, acceptance.
-    (``product.Matcher`` and the clients take ``Guide``s: a lazy guide is not one of them yet.)"""
+    """What a generation loop calls: batched bitmasks (numpy and torch buffers), forced chains, acceptance."""
     import torch
 
     eager, lazy = _pair("llama3", r'\{"id": [0-9]{1,4}, "tags": \["[a-z]{1,6}"(, "[a-z]{1,6}")*\]\}')
@@ -107,3 +107,130 @@ def test_the_generation_interface_matches_the_eager_guides():
     ids = runtime.encode(text, add_special_tokens=False).ids
     assert lazy.accepts(ids) and eager.accepts(ids)
     assert not lazy.accepts(ids[:-1]) and not lazy.accepts(runtime.encode('{"id": 42}', add_special_tokens=False).ids)
+
+
+def _random_paths(guide, seed: int, walks: int, steps: int) -> list[list[int]]:
+    """Token paths of random walks of ``guide`` (no EOS)."""
+    rng, paths = np.random.default_rng(seed), []
+    for _ in range(walks):
+        state, path = guide.initial_state, []
+        for _ in range(steps):
+            allowed = [t for t in np.flatnonzero(guide.allowed(state)[: guide.vocab_size]).tolist()
+                       if t not in guide.eos_token_ids]
+            if not allowed:
+                break
+            path.append(int(rng.choice(allowed)))
+            state = guide.advance(state, path[-1])
+        paths.append(path)
+    return paths
+
+
+def _walk(guide, path: list[int]) -> int:
+    state = guide.initial_state
+    for t in path:
+        state = guide.advance(state, t)
+    return state
+
+
+def test_compile_regex_builds_a_lazy_guide_on_request():
+    """``lazy=True``: a lazy guide where the pre-tokenizer splits text, the whole product where it does not (nothing
+    is settled locally there); never for any-tokenization masks. The default compiles the whole product."""
+    gpt2, mistral = automaton_of("gpt2"), automaton_of("mistral")
+    large = r"[A-Z][a-z]{1,12}( [a-z]{1,12}){2,12}\."
+    assert isinstance(compile_regex(large, gpt2, lazy=True), LazyGuide)
+    assert not isinstance(compile_regex(large, gpt2), LazyGuide)
+    assert not isinstance(compile_regex(large, mistral, lazy=True), LazyGuide)
+    with pytest.raises(ValueError, match="canonical masks only"):
+        compile_regex(r"[0-9]", gpt2, lazy=True, canonical_only=False)
+
+
+def test_matchers_batches_and_threads_over_one_lazy_guide():
+    """A lazy guide is a ``Guide``: ``Matcher``s over it in a batch with an eager guide's
+    (``fill_next_token_bitmasks``, two threads, a 3-row cache evicting all the time), four threads making first
+    visits at once, a copy by pickle — every mask the eager guide's at the end of the same tokens."""
+    import pickle
+    from concurrent.futures import ThreadPoolExecutor
+
+    from product import Matcher, allocate_token_bitmask, fill_next_token_bitmasks
+
+    canonical, pattern = automaton_of("gpt2"), r'\{"name": "[^"\\]{0,12}", "n": -?[0-9]{1,4}\}'
+    eager, other = compile_regex(pattern, canonical), compile_regex(r"[a-z]{1,8}", canonical)
+    paths = _random_paths(eager, seed=1, walks=6, steps=24)
+    prefixes = [path[:k] for path in paths for k in range(0, len(path) + 1, 3)]
+    lazy = compile_regex(pattern, canonical, cache_size=3, lazy=True)
+    matchers, expected = [], []
+    for i, prefix in enumerate(prefixes):
+        m = Matcher(lazy)
+        for t in prefix:
+            m.accept_token(t)
+        matchers.append(m)
+        expected.append(eager.allowed(_walk(eager, prefix)))
+        if i % 4 == 0:
+            matchers.append(Matcher(other))
+            expected.append(other.allowed(other.initial_state))
+    out = allocate_token_bitmask(len(matchers), canonical.vocab_size)
+    fill_next_token_bitmasks(matchers, out, threads=2)
+    got = np.unpackbits(out.numpy().view(np.uint8), axis=1, bitorder="little")[:, : canonical.vocab_size]
+    assert np.array_equal(got.astype(bool), np.array(expected)[:, : canonical.vocab_size])
+
+    shared = compile_regex(pattern, canonical, cache_size=3, lazy=True)
+
+    def serve(seed):  # (an exception reaches the test through map)
+        for path in _random_paths(eager, seed=seed, walks=3, steps=20):
+            a, b = eager.initial_state, shared.initial_state
+            for t in path:
+                assert np.array_equal(shared.allowed(b), eager.allowed(a))
+                a, b = eager.advance(a, t), shared._step(b, t)  # (not advance: it would remember the pair)
+        return path
+
+    with ThreadPoolExecutor(4) as pool:
+        last = list(pool.map(serve, range(10, 14)))
+    copied = pickle.loads(pickle.dumps(shared))
+    for path in last:
+        for k in range(len(path) + 1):
+            assert np.array_equal(copied.allowed(_walk(copied, path[:k])), eager.allowed(_walk(eager, path[:k])))
+    with pytest.raises(DisallowedTokenError):
+        copied.advance(copied.initial_state, int(np.flatnonzero(~eager.allowed(eager.initial_state))[0]))
+    with pytest.raises(InvalidTokenError):
+        copied.advance(copied.initial_state, canonical.vocab_size)
+
+
+@pytest.mark.parametrize("tokenizer, style", [("gpt2", "json"), ("llama3", "json"), ("llama3", "yaml")])
+def test_fragments_of_stitched_schemas_walk_alike(tokenizer, style):
+    """A fragment of a stitched schema (entered in a context, exits where the text goes on in another fragment)
+    as a lazy guide: its boundary test counts a cut exit where the marked DFA is universal there
+    (``boundaries.universal_states``), and its masks equal the eager fragment guide's along walks."""
+    from automata.regex import from_regex_exits
+    from product.compiler.boundaries import break_possible
+    from product.compiler.node_kernels import NONE_DEAD
+    from product.stitched import _compile_fragment, _exit_tables
+    from tests.product.test_stitched import NESTED, OVERLAPPING
+    from vegas.schema import Compiler
+
+    canonical = automaton_of(tokenizer)
+    rng, compared, by_exits = np.random.default_rng(7), 0, 0
+    for schema in (NESTED, OVERLAPPING):
+        compiler = Compiler.load(schema, style, leaves=True)
+        stitched = compile_stitched(compiler.document(), compiler.leaves, canonical)
+        for inst in stitched._instances:
+            fragment = getattr(inst.fragment, "shared", inst.fragment)
+            if type(fragment.guide) is not Guide:  # (counted fragments: not lazy)
+                continue
+            eager = _compile_fragment(fragment.regex, fragment.entry_context, frozenset(), canonical,
+                                      canonical_only=True, eos=fragment.guide.eos_token_ids, max_states=100_000,
+                                      max_transitions=50_000_000).guide
+            dfa, exit_of, exit_sets = from_regex_exits(fragment.regex)
+            ends, exit_live = _exit_tables(exit_of, exit_sets, (dfa.transitions >= 0).any(axis=1), frozenset(),
+                                           canonical.num_contexts)
+            lazy = LazyGuide(dfa, canonical, start_context=fragment.entry_context, ends=ends, exit_live=exit_live)
+            # sound: every node the boundary test settles is live in every merge class by the eager fixpoint
+            open_ = ~eager._is_pending
+            q, ctx = eager._node_q[open_], eager._node_ctx[open_]
+            settled = lazy._break[q, ctx]
+            assert (eager._status[open_][settled] == NONE_DEAD).all()
+            without = break_possible(dfa, canonical, ends=ends)[q, ctx] | exit_live[q, ctx]
+            by_exits += int((settled & ~without).sum())
+            for _ in range(4):
+                walk_alike(eager, lazy, rng, 30)
+            compared += 1
+    assert compared >= 4 and by_exits > 0  # (a boundary before a cut: settled only through the exit)
