@@ -5,7 +5,8 @@ For one tokenizer (Llama-3 by default, or GPT-2), each engine compiles every sel
 and walks each valid instance's runtime encoding filling a torch int32 next-token bitmask per step, as
 ``bench/peers.py`` does for regexes. Engines (``--engines``):
 
-- ``canonmerge-json`` / ``canonmerge-yaml``: ``vegas.compile_schema(schema, canonical, style=...)``. The text of
+- ``canonmerge-json`` / ``canonmerge-yaml``: ``vegas.compile_schema(schema, canonical, style=...)`` (``-lazy``
+  appended, asked for by name: ``lazy=True``, new fragments built as they are walked). The text of
   an instance is ``vegas.format_instance(data, schema, style=...)``, its ids the runtime's encoding, and it is
   accepted iff ``guide.accepts(ids)``. Compile time is taken three ways: *cold* is the schema's first compile in
   this engine's run, which starts with an empty fragment library (its own ``CANONMERGE_CACHE_DIR``, whose
@@ -80,7 +81,8 @@ os.environ.setdefault("RAYON_NUM_THREADS", "1")
 MASKBENCH = REPO.parent / "shared" / "maskbench"
 SPLITS = ("Glaiveai2K", "Github_trivial", "Github_easy", "Snowplow", "Github_medium", "Github_hard", "Kubernetes",
           "JsonSchemaStore")
-CANONMERGE_ENGINES = ("canonmerge-json", "canonmerge-yaml")
+CANONMERGE_ENGINES = ("canonmerge-json", "canonmerge-yaml", "canonmerge-json-lazy", "canonmerge-yaml-lazy")
+LAZY_ENGINES = ("canonmerge-json-lazy", "canonmerge-yaml-lazy")  # (asked for by name only: not in the default run)
 PEER_ENGINES = ("llguidance", "xgrammar", "outlines-core")
 ENGINES = CANONMERGE_ENGINES + PEER_ENGINES
 LIBRARY_CACHE_DIRS = ("archives", "assets", "automata")  # the real cache's entries linked into a cold cache
@@ -92,13 +94,13 @@ PEER_LAYOUTS = {"compact": (",", ":"), "spaced": (", ", ": ")}
 class _CanonmergeEngine:
     """``vegas.compile_schema`` for one style; instances written by ``vegas.format_instance``."""
 
-    def __init__(self, tokenizer: str, style: str, runtime):
+    def __init__(self, tokenizer: str, style: str, runtime, lazy: bool = False):
         import vegas
         from bpe import compile_tokenizer
         from bpe.assets import tokenizer_source
 
         self.vegas = vegas
-        self.style = style
+        self.style, self.lazy = style, lazy
         self.runtime = runtime
         self.canonical = compile_tokenizer(tokenizer_source(tokenizer))
         self.library_dir = None  # the default library (--first-sight: a fresh copy of a warmed one per schema)
@@ -129,7 +131,8 @@ class _CanonmergeEngine:
         fragment_library(self.canonical).clear()
 
     def compile(self, schema):
-        return self.vegas.compile_schema(schema, self.canonical, style=self.style, library_dir=self.library_dir)
+        return self.vegas.compile_schema(schema, self.canonical, style=self.style, library_dir=self.library_dir,
+                                         lazy=self.lazy)
 
     def first_mask(self, guide) -> None:
         """The initial state's mask (computed by the compile: a cache hit), timed as the peers' first mask is."""
@@ -289,7 +292,7 @@ def _make_engine(name: str, tokenizer: str, peer_layout: str):
 
     runtime = reference_runtime(tokenizer)
     if name in CANONMERGE_ENGINES:
-        return _CanonmergeEngine(tokenizer, name.split("-", 1)[1], runtime)
+        return _CanonmergeEngine(tokenizer, name.split("-")[1], runtime, lazy=name in LAZY_ENGINES)
     return _PeerEngine(name, tokenizer, runtime, peer_layout)
 
 
@@ -856,7 +859,8 @@ def main() -> None:
     if args.split is None:
         args.split = "Github_medium,Github_hard,Kubernetes,JsonSchemaStore" if args.first_sight else "Glaiveai2K,Github_easy"
     if args.engines is None:
-        args.engines = ",".join(e for e in ENGINES if not (args.first_sight and e == "outlines-core"))
+        args.engines = ",".join(e for e in ENGINES if e not in LAZY_ENGINES
+                                and not (args.first_sight and e == "outlines-core"))
     if args.out is None:
         args.out = Path(__file__).parent / "results" / ("json_schema_first_sight.json" if args.first_sight
                                                         else "json_schema.json")

@@ -59,11 +59,13 @@ import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from automata import MISSING, EmptyLanguageError
 from automata.budget import CompileBudget, checkpoint, running
+from automata.dfa import DFA
 from automata.regex import from_regex_exits
 from bpe.automaton import CanonicalAutomaton
 from product.compiler.counted import MIN_COUNT, counted_transitions
@@ -73,6 +75,7 @@ from product.compiler.token_regex import TokenTransitions
 from product.counted import CountedGuide
 from product.runtime.guide import Guide
 from product.runtime.keyed import _REJECTED, KeyedGuide
+from product.runtime.lazy import LazyGuide
 from product.runtime.stitched import StitchedGuide
 
 __all__ = ["StitchedGuide", "StitchError", "FragmentTooLongError", "compile_stitched", "Fragment", "FragmentLibrary",
@@ -97,14 +100,19 @@ class Fragment:
     regex: str
     entry_context: int
     guide: Guide
-    exit_of_node: np.ndarray
+    exit_of_node: np.ndarray | None  # (None for a lazy guide: its nodes are built as it is walked)
     exit_sets: list[tuple[int, ...]]
     seconds: float  # compile time
+    lazy_exits: list[tuple[int, int, tuple[int, ...]]] | None = None  # a lazy guide's ``cut_exits``
 
     @functools.cached_property
     def cut_exits(self) -> list[tuple[int, int, tuple[int, ...]]]:
         """(node, pre-tokenizer context, exit set) of every final node at a cut exit: where a stitched guide
-        moves on to the next instance (computed once per fragment, not per guide built from it)."""
+        moves on to the next instance (computed once per fragment, not per guide built from it). For a lazy guide
+        (``LazyGuide``), whose nodes are not built yet, the node is its key ``state * contexts + context``, for
+        every context a token can leave at that state (``_lazy_exits``)."""
+        if self.lazy_exits is not None:
+            return self.lazy_exits
         cuts = np.array([any(k >= 1 for k in e) for e in self.exit_sets] + [False], dtype=bool)[self.exit_of_node]
         nodes = np.flatnonzero(cuts & self.guide._final)
         return list(zip(nodes.tolist(), self.guide._node_ctx[nodes].tolist(),
@@ -145,20 +153,25 @@ class FragmentLibrary:
         self._fragments: "OrderedDict[tuple, Fragment]" = OrderedDict()
         self._dead: set[tuple] = set()  # fragments with no live text (EmptyLanguageError), remembered
         self._soft: dict[str, set[int]] = {}  # fragment regexes found to have soft exits
+        self._dfas: "OrderedDict[str, _ExitsDFA]" = OrderedDict()  # lazy fragments' DFAs, by regex
+        self._max_dfa_states = 100_000
         self._lock = threading.Lock()
 
     def get(self, regex: str, entry_context: int, *, dead_exits: frozenset = frozenset(), canonical_only: bool,
             eos: tuple[int, ...], max_states: int, max_transitions: int, store=None,
-            before_compile=None) -> tuple[Fragment, bool]:
+            before_compile=None, lazy: bool = False) -> tuple[Fragment, bool]:
         """The fragment of ``regex`` entered in ``entry_context``, with the exits (k, context) of ``dead_exits``
         not final, and whether it was compiled now (False: from memory or disk). ``EmptyLanguageError`` if it
-        has no live text. ``before_compile()`` runs first where it is compiled now."""
+        has no live text. ``before_compile()`` runs first where it is compiled now. ``lazy``: a fragment compiled
+        now is a ``LazyGuide``'s (kept in memory only: what it builds is built as it is walked); a compiled one held
+        or stored is taken first."""
         key = (regex, entry_context, dead_exits, canonical_only, eos)
         with self._lock:
-            fragment = self._fragments.get(key)
-            if fragment is not None:
-                self._fragments.move_to_end(key)
-                return fragment, False
+            for held in ((key, key + ("lazy",)) if lazy else (key,)):
+                fragment = self._fragments.get(held)
+                if fragment is not None:
+                    self._fragments.move_to_end(held)
+                    return fragment, False
             if key in self._dead:
                 raise EmptyLanguageError("a fragment with no live text")
             if regex in self._soft:
@@ -175,7 +188,8 @@ class FragmentLibrary:
             try:
                 fragment = _compile_fragment(regex, entry_context, dead_exits, self.canonical,
                                              canonical_only=canonical_only, eos=eos, max_states=max_states,
-                                             max_transitions=max_transitions)
+                                             max_transitions=max_transitions, lazy=lazy,
+                                             exits_dfa=self._exits_dfa if lazy else None)
             except _SoftExits as soft:
                 if store is not None:
                     store.keep_outcome(self.canonical, "soft", regex, key[1:], tuple(soft.exits))
@@ -185,7 +199,9 @@ class FragmentLibrary:
                     store.keep_outcome(self.canonical, "empty", regex, key[1:])
                 self._remember("empty", key, set())
             compiled = True
-            if store is not None:
+            if fragment.lazy_exits is not None:
+                key += ("lazy",)
+            elif store is not None:
                 store.keep(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
         size = fragment.guide.memory_bytes
         with self._lock:
@@ -197,6 +213,19 @@ class FragmentLibrary:
                 evicted, _ = self._fragments.popitem(last=False)
                 self._bytes -= self._size.pop(evicted)
         return fragment, compiled
+
+    def _exits_dfa(self, regex: str) -> tuple:
+        """``from_regex_exits(regex)``, kept for the fragment's other entry contexts and dead exits (a lazy
+        fragment's compile is little more than its DFA)."""
+        with self._lock:
+            found = self._dfas.get(regex)
+        if found is None:
+            found = _ExitsDFA(*from_regex_exits(regex, max_states=self._max_dfa_states))
+            with self._lock:
+                self._dfas[regex] = found
+                while len(self._dfas) > self.max_fragments:
+                    self._dfas.popitem(last=False)
+        return found
 
     def _remember(self, kind: str, key: tuple, exits: set[int]) -> None:
         """Keep in memory what compiling ``key`` found instead of a fragment, and raise it: soft exits (of the
@@ -217,6 +246,7 @@ class FragmentLibrary:
             self._size.clear()
             self._dead.clear()
             self._soft.clear()
+            self._dfas.clear()
             self._bytes = 0
 
     @property
@@ -312,9 +342,20 @@ def _token_first_bytes(canonical: CanonicalAutomaton) -> np.ndarray:
         [b[0] if b else -1 for b in canonical.token_bytes], dtype=np.int64))
 
 
+class _ExitsDFA(NamedTuple):
+    """``automata.regex.from_regex_exits``' result."""
+    dfa: DFA
+    exit_of: np.ndarray
+    exit_sets: list[tuple[int, ...]]
+
+
 def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, canonical: CanonicalAutomaton, *,
-                      canonical_only: bool, eos: tuple[int, ...], max_states: int, max_transitions: int) -> Fragment:
+                      canonical_only: bool, eos: tuple[int, ...], max_states: int, max_transitions: int,
+                      lazy: bool = False, exits_dfa=None) -> Fragment:
     start = time.perf_counter()
+    counted_regex = any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex))
+    if lazy and canonical_only and not counted_regex and LazyGuide.helps(canonical):
+        return _compile_lazy_fragment(regex, entry_context, dead_exits, canonical, eos, exits_dfa(regex), start)
     trie = vocabulary_trie(canonical)
     num_contexts = canonical.num_contexts if canonical_only else 1
     # (a one-row mask cache: the stitched guides compute their rows through ``_fill_row`` and cache them; 64
@@ -322,7 +363,7 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
     options = dict(canonical_only=canonical_only, max_states=max_states, cache_size=1, name="fragment",
                    eos_token_ids=list(eos), start_context=entry_context)
     guide = None
-    if any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex)):
+    if counted_regex:
         # a counted repetition: compiled with a counter beside the state (``product.counted``) where that applies
         counted = counted_transitions(regex, trie, max_states=max_states, max_entries=max_transitions, exits=True)
         if counted is not None:
@@ -341,6 +382,44 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
         transitions = dataclasses.replace(transitions, accepting=ends)
         guide = Guide(transitions, canonical, exit_live=exit_live, **options)
     return Fragment(regex, entry_context, guide, exit_of[guide._node_q], exit_sets, time.perf_counter() - start)
+
+
+def _compile_lazy_fragment(regex: str, entry_context: int, dead_exits: frozenset, canonical: CanonicalAutomaton,
+                           eos: tuple[int, ...], exits_dfa: _ExitsDFA, start: float) -> Fragment:
+    """A fragment whose guide is a ``LazyGuide``: its DFA (``exits_dfa``), its exit tables and the boundary test,
+    nodes built as the stitched guide walks them. Its cut exits are listed per context a token can leave at the
+    exit's state (``_contexts_after_byte``, by the bytes that enter it: one or two contexts where a cut follows
+    JSON punctuation), each named by its node key; an exit in a context no walk reaches only adds an instance."""
+    dfa, exit_of, exit_sets = exits_dfa
+    ends, exit_live = _exit_tables(exit_of, exit_sets, (dfa.transitions != MISSING).any(axis=1), dead_exits,
+                                   canonical.num_contexts)
+    guide = LazyGuide(dfa, canonical, eos_token_ids=list(eos), cache_size=1, name="fragment",
+                      start_context=entry_context, ends=ends, exit_live=exit_live)
+    cut = np.array([any(k >= 1 for k in e) for e in exit_sets] + [False], dtype=bool)[exit_of]
+    after_byte = _contexts_after_byte(canonical)
+    exits = []
+    for q in np.flatnonzero(cut).tolist():
+        entering = np.flatnonzero((dfa.transitions == q).any(axis=0))
+        for ctx in np.flatnonzero(after_byte[entering].any(axis=0) & exit_live[q, :canonical.num_open_contexts]).tolist():
+            exits.append((q * canonical.num_contexts + ctx, ctx, exit_sets[exit_of[q]]))
+    return Fragment(regex, entry_context, guide, None, exit_sets, time.perf_counter() - start, lazy_exits=exits)
+
+
+def _contexts_after_byte(canonical: CanonicalAutomaton) -> np.ndarray:
+    """bool[byte, open context]: whether some token ending with that byte leaves that context, from some context
+    (inside a piece or after a boundary)."""
+
+    def build():
+        table = np.zeros((256, canonical.num_open_contexts), dtype=bool)
+        last = np.array([b[-1] if b else -1 for b in canonical.token_bytes], dtype=np.int64)
+        for b in range(256):
+            tokens = np.flatnonzero(last == b)
+            for nxt in (canonical.inside_next[:, tokens], canonical.boundary_next[:, tokens]):
+                found = np.unique(nxt)
+                table[b, found[(found >= 0) & (found < canonical.num_open_contexts)]] = True
+        return table
+
+    return per_automaton(canonical, "contexts after byte", build)
 
 
 def _exit_tables(exit_of: np.ndarray, exit_sets: list[tuple[int, ...]], goes_on: np.ndarray, dead_exits: frozenset,
@@ -364,7 +443,8 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
                      cache_size: int = 4096, eos_token_ids: list[int] | None = None, name: str = "",
                      library: FragmentLibrary | None = None, store=None, fine_cuts: bool = False,
                      budget: CompileBudget | None = None,
-                     leaf_exceptions: dict[str, tuple[str, tuple[str, ...]]] | None = None) -> "StitchedGuide":
+                     leaf_exceptions: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+                     lazy: bool = False) -> "StitchedGuide":
     """The guide of ``skeleton`` with each placeholder character (a key of ``leaves``, in ``PLACEHOLDERS``)
     standing for its regex, stitched from fragments of ``library`` (default: the automaton's in-memory one),
     backed by ``store`` (a ``product.library.FragmentStore``; None: memory only).
@@ -385,16 +465,19 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
 
     ``budget``: as ``compile_regex``'s, for the whole stitching. A fragment is kept (in ``library`` and ``store``)
     only once compiled whole, so a compile stopped by its budget leaves the fragments it finished, nothing else.
+
+    ``lazy``: fragments not held or stored are compiled as ``LazyGuide``s (built as they are walked; kept in memory
+    only), but those with a counted repetition and choices of keys (``product.runtime.keyed``), which stay compiled.
     """
     with running(budget):
         return _compile_stitched(skeleton, leaves, canonical, canonical_only=canonical_only, max_states=max_states,
                                  max_transitions=max_transitions, cache_size=cache_size, eos_token_ids=eos_token_ids,
                                  name=name, library=library, store=store, fine_cuts=fine_cuts,
-                                 leaf_exceptions=leaf_exceptions or {})
+                                 leaf_exceptions=leaf_exceptions or {}, lazy=lazy)
 
 
 def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states, max_transitions, cache_size,
-                      eos_token_ids, name, library, store, fine_cuts, leaf_exceptions) -> "StitchedGuide":
+                      eos_token_ids, name, library, store, fine_cuts, leaf_exceptions, lazy) -> "StitchedGuide":
     eos = guide_eos(canonical, eos_token_ids)
     library = fragment_library(canonical) if library is None else library
     counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
@@ -451,7 +534,7 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
             regex, exits = written[roots, soft]
             try:
                 fragment, compiled = library.get(regex, _entry_context(sk, roots, ctx, canonical),
-                                                 dead_exits=dead_exits.get(key, frozenset()), **options)
+                                                 dead_exits=dead_exits.get(key, frozenset()), lazy=lazy, **options)
                 counts[compiled] += 1
                 break
             except _SoftExits as found:

@@ -48,7 +48,7 @@ __all__ = ["compile_schema", "format_instance", "schema_regex", "SchemaError", "
 def compile_schema(schema, canonical, *, style: str = "json", strict: bool = False, max_recursion: int = 3,
                    any_depth: int = 2, canonical_only: bool = True, max_states: int = 100_000,
                    max_transitions: int = 50_000_000, cache_size: int = 4096, eos_token_ids: list[int] | None = None,
-                   library_dir=None, budget: CompileBudget | None = None):
+                   library_dir=None, budget: CompileBudget | None = None, lazy: bool = False):
     """The guide of the texts of ``schema``'s instances in the layout of ``style`` (``"json"`` or ``"yaml"``),
     tokenized canonically for ``canonical``'s tokenizer (a ``bpe.compile_tokenizer`` automaton).
 
@@ -69,6 +69,11 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     (``CompileTimeoutError``, ``CompileMemoryError``, ``CompileCancelledError``) within milliseconds; the fragments
     compiled before are kept, none half-built, and the schema compiles again with a larger budget.
 
+    ``lazy``: the fragments not already compiled (in memory or on disk) are built as the guide is walked
+    (``product.runtime.lazy.LazyGuide``; fragments with counted repetitions and choices of keys excepted), and kept
+    in memory only: a new schema's compile is then mostly its fragments' DFAs, and a state's first visit costs up
+    to a few milliseconds (docs/design.md, "Liveness decided locally").
+
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
     """
@@ -79,7 +84,7 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
                                any_depth=any_depth, library_dir=library_dir,
                                options=dict(canonical_only=canonical_only, max_states=max_states,
                                             max_transitions=max_transitions, cache_size=cache_size,
-                                            eos_token_ids=eos_token_ids))
+                                            eos_token_ids=eos_token_ids, lazy=lazy and canonical_only))
 
 
 def _compile_schema(schema, canonical, *, style, strict, max_recursion, any_depth, library_dir, options):

@@ -29,6 +29,7 @@ from numba import njit
 
 from automata.dfa import DFA
 from bpe.automaton import CanonicalAutomaton
+from product.compiler.tables import per_automaton
 
 __all__ = ["character_edges", "break_possible", "universal_states"]
 
@@ -122,17 +123,21 @@ def break_possible(dfa: DFA, canonical: CanonicalAutomaton, *, ends: np.ndarray 
     state, some non-empty completion makes the pre-tokenizer place a piece boundary right here. (The text ending
     here instead is ``ends[q] and context_final[ctx]``.)
 
-    ``ends`` (default ``dfa.accepting``): where the text may end. ``exits``: where it goes on past a cut into a
-    fragment that is live there (``product.stitched``): a completion may stop at such a state in a marked-DFA state
-    from which every text has a correct marking (``universal_states``), since whatever follows the cut, the
-    boundary here stands."""
+    ``ends`` (default ``dfa.accepting``): where the text may end. ``exits``: bool [DFA state, open context], where
+    the text goes on past a cut into a fragment that is live from that context (``product.stitched``): a completion
+    may stop at such a state in a marked-DFA state m from which every text has a correct marking
+    (``universal_states``: whatever follows the cut, the boundary here stands) if every context holding m is live
+    there (the context the tokens leave at the cut holds the marked state the text is in)."""
     marked, final = canonical.marked_transitions, canonical.marked_final
     src, sym, dst = character_edges(dfa, canonical)
     Q, S = dfa.num_states, len(final)
     ends = dfa.accepting if ends is None else ends
     seeds = ends[:, None] & final[None, :]
-    if exits is not None:
-        seeds |= exits[:, None] & universal_states(canonical)[None, :]
+    states = canonical.context_states
+    bits = ((states[:, None] >> np.arange(S, dtype=np.uint64)[None, :]) & np.uint64(1)).astype(bool)  # [ctx, S]
+    if exits is not None:  # (q, m): no context holding m is dead at q
+        dead_somewhere = (~exits[:, :, None] & bits[None, :, :]).any(axis=1)
+        seeds |= exits.any(axis=1)[:, None] & universal_states(canonical)[None, :] & ~dead_somewhere
     # Incoming character edges per constraint state, and the marked DFA inverted (per symbol and target state, the
     # states it comes from; per state, the states whose '#' leads to it).
     order = np.argsort(dst, kind="stable")
@@ -143,15 +148,17 @@ def break_possible(dfa: DFA, canonical: CanonicalAutomaton, *, ends: np.ndarray 
     possible = np.zeros((Q, S), dtype=bool)  # [q, m]: '#' from m, then a character (a non-empty completion)
     has_hash = hash_next >= 0
     possible[:, has_hash] = after_char[:, hash_next[has_hash]]
-    states = canonical.context_states
-    bits = ((states[:, None] >> np.arange(S, dtype=np.uint64)[None, :]) & np.uint64(1)).astype(bool)  # [ctx, S]
     return (possible[:, None, :] & bits[None, :, :]).any(axis=2)
 
 
 def universal_states(canonical: CanonicalAutomaton) -> np.ndarray:
     """bool[marked-DFA states]: from the state, every text (the empty one included) has a correct marking — the
     marked DFA with ``#`` read as an empty move accepts every text. Subsets of states reached by the same text, from
-    each state alone (14 of Llama-3's 33 states, 26 subsets in all; GPT-2: 8 of 23)."""
+    each state alone (14 of Llama-3's 33 states, 26 subsets in all; GPT-2: 8 of 23), once per automaton (~40 ms)."""
+    return per_automaton(canonical, "universal marked states", lambda: _universal_states(canonical))
+
+
+def _universal_states(canonical: CanonicalAutomaton) -> np.ndarray:
     marked, final = canonical.marked_transitions, canonical.marked_final
     hash_next, num_symbols = marked[:, -1], marked.shape[1] - 1
 

@@ -170,7 +170,8 @@ class CompiledGuide:
 
     def __init__(self, transitions: TokenTransitions, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                  max_states: int = 100_000, name: str = "", eos_token_ids: list[int] | None = None,
-                 start_context: int = 0, exit_live: np.ndarray | None = None, _seeds: "Seeds | None" = None):
+                 start_context: int = 0, exit_live: np.ndarray | None = None, _seeds: "Seeds | None" = None,
+                 _keep_liveness: bool = False):
         if not 0 <= start_context < canonical.num_open_contexts or (start_context and not canonical_only):
             raise ValueError(f"start_context {start_context} is not an open context of the automaton")
         self._start_context = start_context  # node 0 is (start, start_context): a fragment entered mid-text
@@ -216,8 +217,10 @@ class CompiledGuide:
             self._pending_index[self._pending_nodes] = shared
         self._describe_rows()
         self._open_edges = self._successors = None  # only the rows (and liveness, for counted guides) from here on
-        if _seeds is None:
-            self._dead_bits = self._entering = self._entering_bounds = self._narrow = None
+        if _seeds is None:  # (``_keep_liveness``: a lazy guide asks ``_is_live`` of it, ``product.runtime.lazy``)
+            self._entering = self._entering_bounds = self._narrow = None
+            if not _keep_liveness:
+                self._dead_bits = None
         self._pending_tokens = self._pending_inside = self._pending_edges = self._pending_unit_bounds = None
 
     # ---- storage (``product.library``): a compiled guide as named arrays, no pickle ---------------------------

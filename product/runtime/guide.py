@@ -70,11 +70,12 @@ class Guide(CompiledGuide):
     def __init__(self, transitions: TokenTransitions, canonical: CanonicalAutomaton, *, canonical_only: bool = True,
                  max_states: int = 100_000, cache_size: int = 4096, name: str = "",
                  eos_token_ids: list[int] | None = None, start_context: int = 0,
-                 exit_live: np.ndarray | None = None, _seeds: "Seeds | None" = None):
+                 exit_live: np.ndarray | None = None, _seeds: "Seeds | None" = None, _keep_liveness: bool = False):
         if cache_size < 1:
             raise ValueError(f"cache_size must be at least 1, not {cache_size}")
         super().__init__(transitions, canonical, canonical_only=canonical_only, max_states=max_states, name=name,
-                         eos_token_ids=eos_token_ids, start_context=start_context, exit_live=exit_live, _seeds=_seeds)
+                         eos_token_ids=eos_token_ids, start_context=start_context, exit_live=exit_live, _seeds=_seeds,
+                         _keep_liveness=_keep_liveness)
         self._init_mask_cache(cache_size)
         self._mask(self.initial_state)  # the first step's mask is part of compiling (and warms the mask path)
 

@@ -30,6 +30,7 @@ Mistral's, has no boundary to settle anything (its forced region is the whole pr
 
 from __future__ import annotations
 
+import dataclasses
 import operator
 import threading
 
@@ -42,13 +43,16 @@ from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
 from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled
 from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
-from product.compiler.token_regex import state_row
+from product.compiler.token_regex import TokenTransitions, state_row
 from product.runtime.guide import Guide
 from product.runtime.kernels.cpu import fill_mask, fill_mask_at
 
 __all__ = ["LazyGuide"]
 
 _X, _Y, _Z = 0, 1, 2  # how a candidate is allowed: always / iff not forbidden / iff forbidden
+# Pairs one search may leave undecided before the whole product is compiled instead (``_compile_whole``): a free
+# string's first node on Llama-3 leaves ~100; a region nothing settles leaves all of its pairs.
+_MAX_REGION = 4096
 
 
 class LazyGuide(Guide):
@@ -89,7 +93,7 @@ class LazyGuide(Guide):
             self._break = break_possible(dfa, canonical, ends=self._accepting)
         else:
             self._exit_live = np.ascontiguousarray(exit_live[:, : self._num_open], dtype=bool)
-            self._break = break_possible(dfa, canonical, ends=self._accepting, exits=self._exit_live.all(axis=1))
+            self._break = break_possible(dfa, canonical, ends=self._accepting, exits=self._exit_live)
             self._break |= self._exit_live
         self.vocab_size = canonical.vocab_size
         self.eos_token_ids = guide_eos(canonical, eos_token_ids)
@@ -105,6 +109,7 @@ class LazyGuide(Guide):
         # First visits grow shared tables: under this lock, taken after the mask cache's (``Guide._lock``) where
         # both are held, never before it.
         self._build_lock = threading.RLock()
+        self._dfa, self._start_context, self._whole = dfa, start_context, None
         start = self._node(dfa.start, start_context)
         self.initial_state = start * self._M + canonical.start_class % self._M
         if not self._is_live(start, canonical.start_class % self._M):
@@ -235,10 +240,18 @@ class LazyGuide(Guide):
         a few per cent: a completing token is usually forbidden because the merge that makes the character one
         token fires — have their forced edges followed, for that class, to the pairs they enter. When no new pair
         turns up, liveness flows back from the live pairs over those edges; what it does not reach is dead."""
+        if self._whole is not None:
+            self._live.update(zip(frontier.tolist(), self._whole_live(frontier)))
+            return
         after, M = self._canonical.after_class, self._M
         found: dict[int, bool] = {}
         successors: dict[int, list[int]] = {}  # pairs not settled in one step -> the pairs their forced edges enter
         while len(frontier):
+            if len(successors) > _MAX_REGION:  # nothing settles this region: the whole product answers instead
+                self._compile_whole()
+                asked = np.array(sorted(set(found) | set(successors) | set(frontier.tolist())), dtype=np.int64)
+                self._live.update(zip(asked.tolist(), self._whole_live(asked)))
+                return
             alive = self._alive_by_settled(frontier)
             found.update(dict.fromkeys(frontier[alive].tolist(), True))
             undecided = frontier[~alive]
@@ -270,6 +283,29 @@ class LazyGuide(Guide):
         for pair in successors:
             found.setdefault(pair, False)
         self._live.update(found)
+
+    def _compile_whole(self) -> None:
+        """The eager guide of the same constraint (every node, liveness by the whole fixpoint), for a forced region
+        the boundary test does not cut down (a fragment whose only way out is a dead exit, a tokenizer without
+        splits): the compiled fixpoint does in one pass what the on-demand search would do pair by pair."""
+        transitions = dataclasses.replace(TokenTransitions.build(self._dfa, self._trie, compact=True),
+                                          accepting=self._accepting)
+        exit_live = None
+        if self._exit_live is not None:
+            exit_live = np.zeros((len(self._accepting), self._C), dtype=bool)
+            exit_live[:, : self._num_open] = self._exit_live
+        self._whole = Guide(transitions, self._canonical, cache_size=1, eos_token_ids=list(self.eos_token_ids),
+                            start_context=self._start_context, exit_live=exit_live, _keep_liveness=True)
+
+    def _whole_live(self, pairs: np.ndarray) -> list[bool]:
+        """Liveness of (node, merge class) pairs by the eager guide (its node of the same key; a node it never
+        reached is reached by no text, so dead)."""
+        out = []
+        for pair in pairs.tolist():
+            node, mc = divmod(pair, self._M)
+            whole = self._whole._node_of.get(self._key(node))
+            out.append(whole is not None and bool(self._whole._is_live(whole, mc)))
+        return out
 
     def _alive_by_settled(self, pairs: np.ndarray) -> np.ndarray:
         """bool per (forced node, merge class) pair: whether one allowed edge reaches a settled node."""

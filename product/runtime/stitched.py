@@ -2,7 +2,8 @@
 
 ``product.stitched`` cuts a skeleton into fragments, compiles each (or reuses it) and links the instances (a
 fragment entered in a context, with the instance each exit leads to). Here the guide over them: a state is an
-instance's first state plus a state of that instance's guide; masks are the fragment guides' masks (a batch hands
+instance's index shifted past any state of its guide, plus a state of that guide (a lazy fragment's guide,
+``product.runtime.lazy``, numbers its nodes as it meets them); masks are the fragment guides' masks (a batch hands
 the fragments to the batch kernels as the guides computing the masks, ``_mask_makers``), and a token that reaches
 an exit moves the state to the next instance's initial state.
 
@@ -11,25 +12,27 @@ Leaves out: cutting, compiling and linking (``product.stitched``, ``product.comp
 
 from __future__ import annotations
 
-import bisect
 import functools
-import itertools
 
 import numpy as np
 
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.runtime.guide import Guide
+from product.runtime.lazy import LazyGuide
 
 __all__ = ["StitchedGuide"]
 
+_INSTANCE_BITS = 40  # a state: instance << 40 | the instance guide's state
+_INNER = (1 << _INSTANCE_BITS) - 1
+
 
 class StitchedGuide(Guide):
-    """A ``Guide`` over fragment instances (``compile_stitched``): state = ``base[i]`` + a state of instance
-    i's guide. Masks, advance and acceptance are the fragment guides'; a token that reaches an exit moves the
+    """A ``Guide`` over fragment instances (``compile_stitched``): state = ``i << 40`` + a state of instance i's
+    guide. Masks, advance and acceptance are the fragment guides'; a token that reaches an exit moves the
     state to the next instance's start. ``fragments_reused`` / ``fragments_compiled`` say how it was built.
 
     ``instances``: ``product.stitched``'s instances, each with ``fragment`` (its ``guide``) and ``next_of_node``
-    (exit node -> index of the instance it leads to)."""
+    (exit node, or a lazy guide's exit node key -> index of the instance it leads to)."""
 
     _plain_guide = False  # its rows are its fragments' (not stored as arrays itself)
 
@@ -44,12 +47,14 @@ class StitchedGuide(Guide):
         self._instances = instances
         self._guides = [inst.fragment.guide for inst in instances]
         self._M = self._guides[0]._M
-        sizes = [g._num_states for g in self._guides]
-        self._base = list(itertools.accumulate(sizes[:-1], initial=0))
-        self._end = sum(sizes)
-        # per instance, exit node -> the next instance's initial state, as one global state
+        # instance i's states are i << _INSTANCE_BITS plus its guide's (a lazy fragment's guide numbers its nodes
+        # as it meets them: no size is fixed when the guide is built)
+        self._base = [i << _INSTANCE_BITS for i in range(len(instances))]
+        # per instance, exit node -> the next instance's initial state, as one global state; a lazy fragment's exit
+        # nodes by their key (``LazyGuide``: state * contexts + context), known before the node is
         starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
         self._jump = [{node: starts[i] for node, i in inst.next_of_node.items()} for inst in instances]
+        self._lazy = [isinstance(g, LazyGuide) for g in self._guides]
         # a choice of keys exits by (node, the key's class) (``product.runtime.keyed``), other fragments by node
         self._exit_keys = [getattr(g, "exit_key", None) for g in self._guides]
         self.initial_state = self._guides[0].initial_state
@@ -88,10 +93,10 @@ class StitchedGuide(Guide):
             state = int(state.__index__())
         except (AttributeError, TypeError):
             raise TypeError(f"a guide state is an int, not {type(state).__name__} ({state!r})") from None
-        if not 0 <= state < self._end:
+        i = state >> _INSTANCE_BITS
+        if not 0 <= i < len(self._guides):
             raise ValueError(f"{state} is not a state of this guide")
-        i = bisect.bisect_right(self._base, state) - 1
-        return i, state - self._base[i]
+        return i, state & _INNER
 
     def _split(self, state: int) -> tuple[int, int]:
         i, inner = self._locate(state)
@@ -110,9 +115,6 @@ class StitchedGuide(Guide):
         i, inner = self._locate(state)
         self._guides[i]._fill_at(inner, out, address)
 
-    @property
-    def _num_states(self) -> int:
-        return self._end
 
     @functools.cached_property
     def _instance_makers(self) -> tuple[np.ndarray, list[Guide], np.ndarray]:
@@ -125,9 +127,8 @@ class StitchedGuide(Guide):
 
     def _mask_makers(self, states: np.ndarray) -> tuple[list[Guide], np.ndarray, np.ndarray]:
         """Each state's fragment guide and its state there (``_locate`` for a batch, one ``searchsorted``)."""
-        bases, makers, maker_of_instance = self._instance_makers
-        instance = np.searchsorted(bases, states, side="right") - 1
-        return makers, maker_of_instance[instance], states - bases[instance]
+        _, makers, maker_of_instance = self._instance_makers
+        return makers, maker_of_instance[states >> _INSTANCE_BITS], states & _INNER
 
     def advance(self, state: int, token_id: int) -> int:
         i, inner = self._locate(state)
@@ -139,5 +140,11 @@ class StitchedGuide(Guide):
                                        f"{state} of {self.name!r}") from None
         exit_key = self._exit_keys[i]
         # (no jump past the nodes of a counted fragment's loop, k > 0)
-        jump = self._jump[i].get(after // self._M if exit_key is None else exit_key(after))
+        if exit_key is not None:
+            key = exit_key(after)
+        elif self._lazy[i]:
+            key = int(guide._nodes.keys[after // self._M])
+        else:
+            key = after // self._M
+        jump = self._jump[i].get(key)
         return jump if jump is not None else self._base[i] + after

@@ -234,3 +234,68 @@ def test_fragments_of_stitched_schemas_walk_alike(tokenizer, style):
                 walk_alike(eager, lazy, rng, 30)
             compared += 1
     assert compared >= 4 and by_exits > 0  # (a boundary before a cut: settled only through the exit)
+
+
+def test_a_region_nothing_settles_is_answered_by_the_whole_product(monkeypatch):
+    """Where the forced search grows past ``_MAX_REGION`` pairs (a tokenizer without pre-tokenizer splits, a
+    fragment whose only way out is dead), the eager guide of the same constraint answers liveness: same masks."""
+    import product.runtime.lazy as lazy_module
+
+    rng = np.random.default_rng(11)
+    mistral = automaton_of("mistral")
+    dfa = from_regex(r'\{"name": "[a-zé]{0,6}", "ok": (true|false)\}')
+    eager = Guide(TokenTransitions.build(dfa, vocabulary_trie(mistral)), mistral)
+    monkeypatch.setattr(lazy_module, "_MAX_REGION", 64)
+    lazy = LazyGuide(dfa, mistral)
+    for _ in range(6):
+        walk_alike(eager, lazy, rng, 30)
+    assert lazy._whole is not None  # (Mistral: nothing settled, the search outgrew the cap)
+    monkeypatch.setattr(lazy_module, "_MAX_REGION", 0)
+    for pattern in PATTERNS[:4]:
+        eager, lazy = _pair("gpt2", pattern)
+        for _ in range(4):
+            walk_alike(eager, lazy, rng, 30)
+
+
+@pytest.mark.parametrize("tokenizer, style", [("gpt2", "json"), ("llama3", "json"), ("llama3", "yaml")])
+def test_lazy_fragments_stitch_the_same_guide(tokenizer, style):
+    """``compile_stitched(..., lazy=True)``: fragments compiled now are lazy guides (choices of keys and counted
+    fragments stay compiled), exits followed by node key into instances built for every context a token can leave
+    there; masks equal the eager stitched guide's along walks (exits, dead instances and all)."""
+    from product.stitched import FragmentLibrary
+    from tests.product.test_stitched import NESTED, OVERLAPPING
+    from vegas.schema import Compiler
+
+    canonical = automaton_of(tokenizer)
+    rng = np.random.default_rng(5)
+    for schema in (NESTED, OVERLAPPING):
+        compiler = Compiler.load(schema, style, leaves=True)
+        skeleton, options = compiler.document(), dict(leaf_exceptions=compiler.exceptions)
+        eager = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), **options)
+        lazy = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), lazy=True,
+                                **options)
+        assert any(isinstance(g, LazyGuide) for g in lazy._guides)
+        assert not any(isinstance(g, LazyGuide) for g in eager._guides)
+        for _ in range(12):
+            walk_alike(eager, lazy, rng, 60)
+
+
+@pytest.mark.parametrize("style", ["json", "yaml"])
+def test_a_schema_compiled_lazily_accepts_its_instances_only(style):
+    """``vegas.compile_schema(..., lazy=True)`` on the hand-written schemas (Llama-3, memory only): every valid
+    instance's runtime encoding accepted, every invalid one's rejected."""
+    import vegas
+    from tests.schema_cases import INVALID, SCHEMAS, VALID
+
+    canonical, runtime = automaton_of("llama3"), runtime_of("llama3")
+    for name, schema in SCHEMAS.items():
+        guide = vegas.compile_schema(schema, canonical, style=style, lazy=True, library_dir=False)
+        for instance in VALID.get(name, []):
+            text = vegas.format_instance(instance, schema, style=style)
+            assert guide.accepts(runtime.encode(text, add_special_tokens=False).ids), (name, text)
+        for instance in INVALID.get(name, []):
+            try:
+                text = vegas.format_instance(instance, schema, style=style)
+            except vegas.SchemaError:
+                continue
+            assert not guide.accepts(runtime.encode(text, add_special_tokens=False).ids), (name, text)
