@@ -22,10 +22,13 @@ liveness over all of them before the first mask; a generation visits about 1 % o
 So every allowed token still leads to a live state, and the masks equal the eager guide's (tested state by state
 along walks). It is a ``Guide``: ``Matcher``, the batch kernels (which hand its states to ``_fill_row``) and the
 clients take it; node ids are handed out in visit order, so two lazy guides of one regex number their states
-differently. First visits grow shared tables under a lock of their own. ``product.compile_regex`` serves one where
-it helps. Leaves out: counted repetitions (unrolled: the caller keeps long ones eager), stitched fragments, the
-any-tokenization comparison mode, a budget for first visits; a tokenizer without pre-tokenizer splits, such as
-Mistral's, has no boundary to settle anything (its forced region is the whole product, ``helps``).
+differently. First visits grow shared tables under a lock of their own. ``product.compile_regex(..., lazy=True)``
+builds one, and ``product.stitched`` builds fragments of schemas so (a start context, end states, live exits:
+``boundaries.break_possible`` counts a cut exit). A forced region the search cannot cut down (past
+``_MAX_REGION`` undecided pairs) is answered by the eager guide of the same constraint, compiled once.
+Leaves out: counted repetitions (unrolled), the any-tokenization comparison mode, a budget for first visits; a
+tokenizer without pre-tokenizer splits, such as Mistral's, has no boundary to settle anything (its forced region is
+the whole product, ``helps``).
 """
 
 from __future__ import annotations
