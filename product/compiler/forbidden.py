@@ -17,7 +17,7 @@ A mask is ``XY ^ (D & F[mc])`` (``product.compiler.tables`` explains X, Y, Z; ``
 ``D = XY ^ (X | Z)``): the tokens of F[mc] take their bit from ``X | Z`` instead of ``X | Y``.
 
 Here: the sets (``ForbiddenSets``: sizes, the packed classes, the table the mask kernels read), liveness's set
-relations (``dead_flags``, ``dead_classes``), and the layout of what the mask kernels read (a node's *row
+relations (``dead_flags``, ``dead_classes``; one pair in compiled code: ``forbids``), and the layout of what the mask kernels read (a node's *row
 descriptor*, the forbidden sets' table) with the two bit loops building and reading it (``set_bits``,
 ``flip_forbidden``).
 
@@ -35,7 +35,7 @@ from numba import njit
 
 from bpe.automaton import CanonicalAutomaton
 
-__all__ = ["ForbiddenSets", "pack", "set_bits", "flip_forbidden", "DENSE_MIN", "ROW_NONE", "ROW_SPARSE",
+__all__ = ["ForbiddenSets", "pack", "set_bits", "flip_forbidden", "forbids", "DENSE_MIN", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS", "row_descriptor", "TABLE_NUM_WORDS", "TABLE_ORDER",
            "TABLE_POSITION", "TABLE_STARTS", "TABLE_ENDS", "TABLE_OFFSETS", "TABLE_DENSE_ROW", "TABLE_DENSE",
            "TABLE_SIZE"]
@@ -65,21 +65,36 @@ def flip_forbidden(words, flips, order, starts, ends, lo, hi):
             words[w] ^= flips[w] & (np.uint32(1) << np.uint32(t & 31))
 
 
+@njit(inline="always")
+def _in_intervals(p, starts, ends, lo, hi):
+    """Whether permutation position p lies in one of the intervals ``lo:hi`` (the last starting at or before it)."""
+    a, b = lo, hi
+    while a < b:
+        mid = (a + b) >> 1
+        if starts[mid] <= p:
+            a = mid + 1
+        else:
+            b = mid
+    return a > lo and p < ends[a - 1]
+
+
 @njit(**_KERNEL)
 def _all_members(tokens, member, position, starts, ends, lo, hi):
     """Whether every token's membership in the intervals ``lo:hi`` is ``member`` (stops at the first that is not)."""
     for t in tokens:
-        p = position[t]
-        a, b = lo, hi
-        while a < b:
-            mid = (a + b) >> 1
-            if starts[mid] <= p:
-                a = mid + 1
-            else:
-                b = mid
-        if (a > lo and p < ends[a - 1]) != member:
+        if _in_intervals(position[t], starts, ends, lo, hi) != member:
             return False
     return True
+
+
+@njit(**_KERNEL)
+def forbids(c, t, position, starts, ends, offsets, dense_row, dense):
+    """Whether F[c] holds token t (``ForbiddenSets``' arrays): a bit of a packed class, else a binary search in its
+    intervals."""
+    row = dense_row[c]
+    if row >= 0:
+        return (dense[row, t >> 5] >> np.uint32(t & 31)) & 1 == 1
+    return _in_intervals(position[t], starts, ends, offsets[c], offsets[c + 1])
 
 
 @njit(**_KERNEL)

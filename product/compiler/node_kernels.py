@@ -36,6 +36,7 @@ import numpy as np
 from numba import njit
 
 from automata.dfa import group_by
+from product.compiler.forbidden import forbids
 
 __all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links",
            "distinct_targets", "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead", "pending_settled", "open_edges",
@@ -426,23 +427,6 @@ def entering_keys(groups, targets, group_tokens, group_bounds, after_class, narr
 
 
 @njit(**_KERNEL)
-def _forbids(c, t, position, starts, ends, offsets, dense_row, dense):
-    """Whether F[c] holds token t: a bit of a packed class, else a binary search in its intervals."""
-    row = dense_row[c]
-    if row >= 0:
-        return (dense[row, t >> 5] >> np.uint32(t & 31)) & 1 == 1
-    p = position[t]
-    lo, a, b = offsets[c], offsets[c], offsets[c + 1]
-    while a < b:
-        mid = (a + b) >> 1
-        if starts[mid] <= p:
-            a = mid + 1
-        else:
-            b = mid
-    return a > lo and p < ends[a - 1]
-
-
-@njit(**_KERNEL)
 def pending_settled(rows, classes, row_tokens, row_targets, pending_offsets, pending_tokens, pending_next, num_open,
                     accepting, context_final, break_possible, position, starts, ends, offsets, dense_row, dense):
     """For pairs i of one regex state (row ``row_tokens`` ascending, ``row_targets``), each a pending row
@@ -467,7 +451,7 @@ def pending_settled(rows, classes, row_tokens, row_targets, pending_offsets, pen
             q, ctx = row_targets[a], pending_next[e]
             if not ((accepting[q] and context_final[ctx]) or (ctx < num_open and break_possible[q, ctx])):
                 continue
-            if not _forbids(c, t, position, starts, ends, offsets, dense_row, dense):
+            if not forbids(c, t, position, starts, ends, offsets, dense_row, dense):
                 alive[i] = True
                 break
     return alive
