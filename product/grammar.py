@@ -33,7 +33,8 @@ def grammar_regex(text: str, *, syntax: str = "gbnf", start: str | None = None, 
 
 def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "gbnf", start: str | None = None,
                     max_depth: int | None = None, canonical_only: bool = True, eos_token_ids: list[int] | None = None, max_states: int = 100_000,
-                    cache_size: int = 4096, name: str | None = None, budget: CompileBudget | None = None) -> Guide:
+                    cache_size: int = 4096, name: str | None = None, budget: CompileBudget | None = None,
+                    lazy: bool = False) -> Guide:
     """The guide of the strings the grammar ``text`` (``syntax``: "gbnf", llama.cpp's, or "lark") derives from
     ``start`` (default: GBNF's ``root``, Lark's ``start``), tokenized canonically for ``canonical``'s tokenizer
     (any tokenization with ``canonical_only=False``) and ended by ``eos_token_ids`` (default: the tokenizer's EOS).
@@ -41,7 +42,7 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
     ``max_depth`` (opt-in; default None refuses): a grammar whose recursion a regex cannot express compiles to the
     strings whose derivations nest at most ``max_depth`` recursive references (``automata.grammar.regular.to_regex``;
     JSON's ``value -> object -> value`` is two per level of braces); deeper nesting is then not accepted, and the
-    guide is exact for that smaller language.
+    guide is exact for that smaller language. ``lazy``: as ``compile_regex``'s (built as it is walked).
 
     Errors: ``automata.grammar.GrammarSyntaxError``, ``UndefinedRuleError`` and ``UnsupportedGrammarError`` (all
     ``GrammarError``, a ``CanonmergeError``, with ``construct``, ``line``, ``column``), the last also for recursion
@@ -51,4 +52,4 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
     regex = grammar_regex(text, syntax=syntax, start=start, max_depth=max_depth)
     return compile_regex(regex, canonical, canonical_only=canonical_only, max_states=max_states,
                          cache_size=cache_size, eos_token_ids=eos_token_ids,
-                         name=name if name is not None else f"{syntax} grammar", budget=budget)
+                         name=name if name is not None else f"{syntax} grammar", budget=budget, lazy=lazy)

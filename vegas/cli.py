@@ -212,8 +212,8 @@ def _check_regex(pattern: str) -> str:
     return pattern
 
 
-def _regex_guide(pattern: str, canonical, canonical_only: bool):
-    return product.compile_regex(pattern, canonical, canonical_only=canonical_only)
+def _regex_guide(pattern: str, canonical, canonical_only: bool, lazy: bool = False):
+    return product.compile_regex(pattern, canonical, canonical_only=canonical_only, lazy=lazy and canonical_only)
 
 
 def _grammar_syntax(path: str, syntax: str | None) -> str:
@@ -238,25 +238,27 @@ def _read_schema(path: str):
 
 def _constraint(args: argparse.Namespace):
     """Read and check the constraint's input (cheap), so that bad input fails before any slow step. Returns a
-    function of (canonical automaton, canonical_only) that compiles the guide."""
+    function of (canonical automaton, canonical_only) that compiles the guide (``--lazy``: built as it is walked,
+    canonical masks only)."""
+    lazy = getattr(args, "lazy", False)
     if args.schema is not None:
         schema, style = _read_schema(args.schema), args.format or "json"
         vegas.schema_regex(schema, style)  # an unsupported or malformed schema fails before any slow step
         return lambda canonical, canonical_only: vegas.compile_schema(schema, canonical, style=style,
-                                                                      canonical_only=canonical_only)
+                                                                      canonical_only=canonical_only, lazy=lazy)
     if args.format is not None:
         raise _CliError("--format applies to --schema (a regex fixes the format itself)")
     if args.grammar is not None:
         text, syntax = _read_text(args.grammar, "grammar"), _grammar_syntax(args.grammar, args.syntax)
         depth = args.max_depth
         product.grammar_regex(text, syntax=syntax, max_depth=depth)  # a bad or (unbounded) recursive grammar fails
-        return lambda canonical, canonical_only: product.compile_grammar(text, canonical, syntax=syntax, max_depth=depth,
-                                                                         canonical_only=canonical_only)
+        return lambda canonical, canonical_only: product.compile_grammar(
+            text, canonical, syntax=syntax, max_depth=depth, canonical_only=canonical_only, lazy=lazy and canonical_only)
     if args.syntax is not None or args.max_depth is not None:
         raise _CliError("--syntax and --max-depth apply to --grammar")
     pattern = args.regex if args.regex is not None else _read_text(args.regex_file, "regex").rstrip("\n")
     _check_regex(pattern)
-    return lambda canonical, canonical_only: _regex_guide(pattern, canonical, canonical_only)
+    return lambda canonical, canonical_only: _regex_guide(pattern, canonical, canonical_only, lazy)
 
 
 # ------------------------------------------------------------------------------------------------ commands
@@ -490,6 +492,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, help="random seed for --sample")
     gen.add_argument("--any-tokenization", action="store_true",
                      help="allow every tokenization of the text (what other engines' masks do), not only the canonical one")
+    gen.add_argument("--lazy", action="store_true", help="build the guide as it is walked: the first mask in "
+                     "milliseconds (a schema: its new fragments' DFAs), a state's first visit up to a few ms")
     gen.add_argument("--max-tokens", type=int, default=256, help="stop after this many tokens (default 256)")
     gen.add_argument("--print-json", action="store_true",
                      help="print one JSON object (text, token ids, tokens, forced, timings) instead of the text")

@@ -37,7 +37,7 @@ def canonmerge(*args: str, timeout: float = 600, env: dict | None = None) -> sub
 def test_generate_writes_yaml_that_validates_against_the_example_schema():
     schema_file = ROOT / "vegas" / "examples" / "person.json"
     done = canonmerge("generate", "--schema", str(schema_file), "--format", "yaml", "--chat", "--print-json",
-                      "--max-tokens", "120", "Describe a fictional person.")
+                      "--lazy", "--max-tokens", "120", "Describe a fictional person.")  # (lazy: built as walked)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     text, ids = report["text"], report["token_ids"]
