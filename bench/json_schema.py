@@ -122,7 +122,7 @@ class _CanonmergeEngine:
             "n": {"type": "number"}, "b": {"type": "boolean"}, "a": {"type": "array", "items": {"type": "string"}},
             "e": {"enum": ["x", "y"]}, "d": {"type": "string", "format": "date-time"}}}
         data = {"s": "héllo", "i": 7, "n": -1.5e3, "b": True, "a": ["q", "r"], "e": "x", "d": "2024-01-02T03:04:05Z"}
-        guide = self.vegas.compile_schema(schema, self.canonical, style=self.style, library_dir=False)
+        guide = self.vegas.compile_schema(schema, self.canonical, style=self.style, library_dir=False, lazy=self.lazy)
         ids = self.runtime.encode(self.text(data, schema), add_special_tokens=False).ids
         out = torch.zeros((1, guide.num_words), dtype=torch.int32)
         accepted, _, _ = self.walk(guide, ids, out, [])

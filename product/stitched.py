@@ -400,7 +400,9 @@ def _compile_lazy_fragment(regex: str, entry_context: int, dead_exits: frozenset
     exits = []
     for q in np.flatnonzero(cut).tolist():
         entering = np.flatnonzero((dfa.transitions == q).any(axis=0))
-        for ctx in np.flatnonzero(after_byte[entering].any(axis=0) & exit_live[q, :canonical.num_open_contexts]).tolist():
+        contexts = after_byte[entering].any(axis=0)
+        contexts[entry_context] |= q == dfa.start  # (an exit before any token: the context the fragment starts in)
+        for ctx in np.flatnonzero(contexts & exit_live[q, :canonical.num_open_contexts]).tolist():
             exits.append((q * canonical.num_contexts + ctx, ctx, exit_sets[exit_of[q]]))
     return Fragment(regex, entry_context, guide, None, exit_sets, time.perf_counter() - start, lazy_exits=exits)
 

@@ -159,6 +159,11 @@ class LazyGuide(Guide):
             return True
         return bool(self._accepting[q]) and bool(self._canonical.context_final[ctx])
 
+    def _at_live_exit(self, node: int) -> bool:
+        """Whether the node is at a cut exit that leads on (a stitched guide moves to the next fragment there)."""
+        q, ctx = self._key(node)
+        return self._exit_live is not None and ctx < self._num_open and bool(self._exit_live[q, ctx])
+
     def _settled(self, node: int) -> bool:
         """Live in every merge class, known without looking further (module docstring)."""
         q, ctx = self._key(node)

@@ -16,6 +16,7 @@ import functools
 
 import numpy as np
 
+from automata.errors import CanonmergeError
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.runtime.guide import Guide
 from product.runtime.lazy import LazyGuide
@@ -147,4 +148,6 @@ class StitchedGuide(Guide):
         else:
             key = after // self._M
         jump = self._jump[i].get(key)
+        if jump is None and self._lazy[i] and guide._at_live_exit(after // self._M):
+            raise CanonmergeError(f"internal: {self.name!r} reached an exit that no instance follows (state {state})")
         return jump if jump is not None else self._base[i] + after
