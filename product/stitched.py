@@ -414,11 +414,9 @@ def _contexts_after_byte(canonical: CanonicalAutomaton) -> np.ndarray:
     def build():
         table = np.zeros((256, canonical.num_open_contexts), dtype=bool)
         last = np.array([b[-1] if b else -1 for b in canonical.token_bytes], dtype=np.int64)
-        for b in range(256):
-            tokens = np.flatnonzero(last == b)
-            for nxt in (canonical.inside_next[:, tokens], canonical.boundary_next[:, tokens]):
-                found = np.unique(nxt)
-                table[b, found[(found >= 0) & (found < canonical.num_open_contexts)]] = True
+        for nxt in (canonical.inside_next, canonical.boundary_next):  # [context, token] -> context after
+            ctx, token = np.nonzero((nxt >= 0) & (nxt < canonical.num_open_contexts) & (last >= 0)[None, :])
+            table[last[token], nxt[ctx, token]] = True
         return table
 
     return per_automaton(canonical, "contexts after byte", build)
