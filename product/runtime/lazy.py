@@ -321,15 +321,24 @@ class LazyGuide(Guide):
         nodes, classes = np.divmod(pairs, self._M)
         qs, ctxs = np.divmod(self._nodes.keys[nodes], self._C)
         pending = ctxs >= self._num_open
-        for n in np.unique(nodes[~pending]).tolist():  # open nodes (the rest of a literal): few, one query each
+        # open nodes (the rest of a literal): a class is dead in one step iff F holds every Y token into a settled
+        # node and none of the Z ones (``ForbiddenSets.dead_flags``, every node's row in one call)
+        asked, ys, zs = [], [], []
+        for n in np.unique(nodes[~pending]).tolist():
             where = np.flatnonzero(nodes == n)
             tokens, _, kind, sure = self._edges(n)
             if (kind[sure] == _X).any():  # a boundary token into a settled node: every class lives
                 alive[where] = True
                 continue
-            dead = self._forbidden.dead_classes(tokens[sure & (kind == _Y)], tokens[sure & (kind == _Z)],
-                                                classes[where])
-            alive[where] = ~np.isin(classes[where], dead)
+            asked.append(where)
+            ys.append(tokens[sure & (kind == _Y)].astype(np.int32))
+            zs.append(tokens[sure & (kind == _Z)].astype(np.int32))
+        if asked:
+            bounds = [np.concatenate([[0], np.cumsum([len(x) for x in parts])]).astype(np.int64)
+                      for parts in (asked, ys, zs)]
+            where = np.concatenate(asked)
+            alive[where] = ~self._forbidden.dead_flags(bounds[0], classes[where], bounds[1], np.concatenate(ys),
+                                                       bounds[2], np.concatenate(zs))  # (nothing to hold: dead)
         a, f = self._canonical, self._forbidden
         for q in np.unique(qs[pending]).tolist():
             where = np.flatnonzero(pending & (qs == q))
