@@ -515,6 +515,19 @@ def find_sorted(values: Sequence[int], value: int, lo: int, hi: int) -> int:
     return i if i < hi and values[i] == value else -1
 
 
+@njit(inline="always")
+def lower_bound(values, lo, hi, value):
+    """The first index in ``lo:hi`` of the ascending ``values`` holding a value >= ``value`` (``hi`` if none): the
+    binary search of compiled loops (``find_sorted`` is Python's)."""
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if values[mid] < value:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
 def row_bounds(counts: np.ndarray) -> np.ndarray:
     """int64 bounds of compressed rows with ``counts`` entries each: row i is ``bounds[i]:bounds[i + 1]``."""
     bounds = np.zeros(len(counts) + 1, dtype=np.int64)

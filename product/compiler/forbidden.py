@@ -35,7 +35,7 @@ from numba import njit
 
 from bpe.automaton import CanonicalAutomaton
 
-__all__ = ["ForbiddenSets", "pack", "set_bits", "flip_forbidden", "forbids", "DENSE_MIN", "ROW_NONE", "ROW_SPARSE",
+__all__ = ["ForbiddenSets", "pack", "set_bits", "flip_forbidden", "forbids", "in_intervals", "DENSE_MIN", "ROW_NONE", "ROW_SPARSE",
            "ROW_SPARSE_PACKED", "ROW_DENSE", "ROW_FIELDS", "row_descriptor", "TABLE_NUM_WORDS", "TABLE_ORDER",
            "TABLE_POSITION", "TABLE_STARTS", "TABLE_ENDS", "TABLE_OFFSETS", "TABLE_DENSE_ROW", "TABLE_DENSE",
            "TABLE_SIZE"]
@@ -66,7 +66,7 @@ def flip_forbidden(words, flips, order, starts, ends, lo, hi):
 
 
 @njit(inline="always")
-def _in_intervals(p, starts, ends, lo, hi):
+def in_intervals(p, starts, ends, lo, hi):
     """Whether permutation position p lies in one of the intervals ``lo:hi`` (the last starting at or before it)."""
     a, b = lo, hi
     while a < b:
@@ -82,7 +82,7 @@ def _in_intervals(p, starts, ends, lo, hi):
 def _all_members(tokens, member, position, starts, ends, lo, hi):
     """Whether every token's membership in the intervals ``lo:hi`` is ``member`` (stops at the first that is not)."""
     for t in tokens:
-        if _in_intervals(position[t], starts, ends, lo, hi) != member:
+        if in_intervals(position[t], starts, ends, lo, hi) != member:
             return False
     return True
 
@@ -94,7 +94,7 @@ def forbids(c, t, position, starts, ends, offsets, dense_row, dense):
     row = dense_row[c]
     if row >= 0:
         return (dense[row, t >> 5] >> np.uint32(t & 31)) & 1 == 1
-    return _in_intervals(position[t], starts, ends, offsets[c], offsets[c + 1])
+    return in_intervals(position[t], starts, ends, offsets[c], offsets[c + 1])
 
 
 @njit(**_KERNEL)

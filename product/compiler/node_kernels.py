@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from automata.dfa import group_by
+from automata.dfa import group_by, lower_bound
 from product.compiler.forbidden import forbids
 
 __all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links",
@@ -251,13 +251,7 @@ def pending_edges(states, rows, pending_offsets, pending_tokens, pending_next, r
                 counts[i] += 1
                 k += 1
                 continue
-            b = hi
-            while lo < b:  # lo becomes the state's first token >= t
-                mid = (lo + b) >> 1
-                if row_tokens[mid] < t:
-                    lo = mid + 1
-                else:
-                    b = mid
+            lo = lower_bound(row_tokens, lo, hi, t)  # (the state's first token >= t)
             if lo < hi and row_tokens[lo] == t:
                 tokens[k] = t
                 keys[k] = np.int64(row_targets[lo]) * num_contexts + pending_next[e]
@@ -426,6 +420,13 @@ def entering_keys(groups, targets, group_tokens, group_bounds, after_class, narr
     return keys
 
 
+@njit(inline="always")
+def settled(q, ctx, accepting, context_final, break_possible, num_open):
+    """Whether a lazy guide's node (q, ctx) is settled — live in every merge class without looking further: the text
+    may end there, or (an open context) ``break_possible[q, ctx]``."""
+    return (accepting[q] and context_final[ctx]) or (ctx < num_open and break_possible[q, ctx])
+
+
 @njit(**_KERNEL)
 def pending_settled(rows, classes, row_tokens, row_targets, pending_offsets, pending_tokens, pending_next, num_open,
                     accepting, context_final, break_possible, position, starts, ends, offsets, dense_row, dense):
@@ -439,17 +440,10 @@ def pending_settled(rows, classes, row_tokens, row_targets, pending_offsets, pen
         c = classes[i]
         for e in range(pending_offsets[rows[i]], pending_offsets[rows[i] + 1]):
             t = pending_tokens[e]
-            a, b = 0, len(row_tokens)
-            while a < b:
-                mid = (a + b) >> 1
-                if row_tokens[mid] < t:
-                    a = mid + 1
-                else:
-                    b = mid
+            a = lower_bound(row_tokens, 0, len(row_tokens), t)
             if a == len(row_tokens) or row_tokens[a] != t:
                 continue
-            q, ctx = row_targets[a], pending_next[e]
-            if not ((accepting[q] and context_final[ctx]) or (ctx < num_open and break_possible[q, ctx])):
+            if not settled(row_targets[a], pending_next[e], accepting, context_final, break_possible, num_open):
                 continue
             if not forbids(c, t, position, starts, ends, offsets, dense_row, dense):
                 alive[i] = True
@@ -473,7 +467,7 @@ def open_edges(tokens, targets, inside_row, boundary_row, accepting, context_fin
     out_q = np.empty(count, dtype=np.int64)
     out_c = np.empty(count, dtype=np.int64)
     kind = np.empty(count, dtype=np.int8)
-    settled = np.empty(count, dtype=np.bool_)
+    is_settled = np.empty(count, dtype=np.bool_)
     k = 0
     for which in range(3):
         for i in range(len(tokens)):
@@ -493,6 +487,6 @@ def open_edges(tokens, targets, inside_row, boundary_row, accepting, context_fin
                 ctx = boundary
             q = targets[i]
             out_t[k], out_q[k], out_c[k], kind[k] = t, q, ctx, which
-            settled[k] = (accepting[q] and context_final[ctx]) or (ctx < num_open and break_possible[q, ctx])
+            is_settled[k] = settled(q, ctx, accepting, context_final, break_possible, num_open)
             k += 1
-    return out_t, out_q, out_c, kind, settled
+    return out_t, out_q, out_c, kind, is_settled

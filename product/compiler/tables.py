@@ -335,19 +335,8 @@ class CompiledGuide:
         packed as ``XY = X | Y`` and ``D = XY ^ (X | Z)``, the mask being ``XY ^ (D & F[mc])``
         (``(False, XY, D)``). On the peers' Llama-3 guides 767 of the 1,561 nodes with long rows have at most 256
         class-dependent tokens (most of the float regex's have none): testing those beats walking F[mc]."""
-        n = self.num_words
         self.__dict__.get("_scalar_rows", {}).pop(node, None)  # its memoryviews, if ``_allows`` made them
-        if len(Y) + len(Z) <= _SPARSE_LIMIT:
-            # rows come grouped (``_OpenEdges``); a mask walks token arrays faster in id order (its words in order)
-            Y, Z = (np.sort(a).astype(np.int32, copy=False) for a in (Y, Z))
-            if len(X) > _SPARSE_LIMIT:
-                self._rows[node] = (True, pack(X, n), _NO_TOKENS, Y, Z)
-            else:
-                self._rows[node] = (True, None, np.sort(X).astype(np.int32, copy=False), Y, Z)
-        else:
-            X = pack(X, n)
-            XY = X | pack(Y, n)
-            self._rows[node] = (False, XY, XY ^ (X | pack(Z, n)))
+        self._rows[node] = row_layout(X, Y, Z, self.num_words)
         if "_row_descriptors" in self.__dict__:  # a row replaced after compiling (tests do)
             self._describe_row(node)
 
@@ -357,14 +346,12 @@ class CompiledGuide:
         row, packed = self._rows[node], _packed_rows(self._tokens)
         if row[0] and row[1] is not None:
             row = (True, packed.shared(_words(row[1])), _NO_TOKENS, _tokens(row[3]), _tokens(row[4]))
-            kind, arrays = ROW_SPARSE_PACKED, (row[1], row[3], row[4])
         elif row[0]:
             row = (True, None, _tokens(row[2]), _tokens(row[3]), _tokens(row[4]))
-            kind, arrays = ROW_SPARSE, row[2:]
         else:
             row = (False, packed.shared(_words(row[1])), packed.shared(_words(row[2])))
-            kind, arrays = ROW_DENSE, row[1:]
         self._rows[node] = row
+        kind, arrays = row_kind(row)
         self._row_descriptors[node] = row_descriptor(kind, self._final[node], *arrays)
 
     def _describe_rows(self) -> None:
@@ -635,6 +622,31 @@ class CompiledGuide:
 _CHECKED_CHUNK = 1 << 20  # keys per compiled call between two checks of the compile's budget
 _SPARSE_LIMIT = 256  # at most this many class-dependent tokens: mask by direct membership tests
 _NO_TOKENS = np.zeros(0, dtype=np.int32)
+
+
+def row_layout(X: np.ndarray, Y: np.ndarray, Z: np.ndarray, num_words: int) -> tuple:
+    """A node's rows X, Y, Z of token ids as a guide keeps them (``CompiledGuide._store_rows`` says why): few
+    class-dependent tokens, ``(True, X packed or None, X, Y, Z)`` with Y, Z (and a short X) sorted int32 arrays;
+    many, ``(False, XY, D)`` packed, the mask being ``XY ^ (D & F[mc])``."""
+    if len(Y) + len(Z) <= _SPARSE_LIMIT:
+        # rows come grouped (``_OpenEdges``); a mask walks token arrays faster in id order (its words in order)
+        Y, Z = (np.sort(a).astype(np.int32, copy=False) for a in (Y, Z))
+        if len(X) > _SPARSE_LIMIT:
+            return True, pack(X, num_words), _NO_TOKENS, Y, Z
+        return True, None, np.sort(X).astype(np.int32, copy=False), Y, Z
+    X = pack(X, num_words)
+    XY = X | pack(Y, num_words)
+    return False, XY, XY ^ (X | pack(Z, num_words))
+
+
+def row_kind(row: tuple) -> tuple[int, tuple]:
+    """The mask kernels' kind of a ``row_layout`` row and the arrays its descriptor points to
+    (``product.compiler.forbidden.row_descriptor``)."""
+    if row[0] and row[1] is not None:
+        return ROW_SPARSE_PACKED, (row[1], row[3], row[4])
+    if row[0]:
+        return ROW_SPARSE, row[2:]
+    return ROW_DENSE, row[1:]
 
 
 class _PackedRows:

@@ -43,9 +43,9 @@ from automata import EmptyLanguageError
 from automata.dfa import DFA
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
-from product.compiler.forbidden import ROW_DENSE, ROW_SPARSE, ROW_SPARSE_PACKED, pack, row_descriptor
+from product.compiler.forbidden import row_descriptor
 from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled
-from product.compiler.tables import _SPARSE_LIMIT, _forbidden_index, guide_eos, vocabulary_trie
+from product.compiler.tables import _forbidden_index, guide_eos, row_kind, row_layout, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions, state_row
 from product.runtime.guide import Guide
 from product.runtime.kernels.cpu import fill_mask, fill_mask_at
@@ -155,9 +155,7 @@ class LazyGuide(Guide):
     def _ends(self, node: int) -> bool:
         """Whether the text may end at the node (EOS), or go on past a live cut exit there."""
         q, ctx = self._key(node)
-        if self._exit_live is not None and ctx < self._num_open and self._exit_live[q, ctx]:
-            return True
-        return bool(self._accepting[q]) and bool(self._canonical.context_final[ctx])
+        return self._at_live_exit(node) or (bool(self._accepting[q]) and bool(self._canonical.context_final[ctx]))
 
     def _at_live_exit(self, node: int) -> bool:
         """Whether the node is at a cut exit that leads on (a stitched guide moves to the next fragment there)."""
@@ -165,9 +163,10 @@ class LazyGuide(Guide):
         return self._exit_live is not None and ctx < self._num_open and bool(self._exit_live[q, ctx])
 
     def _settled(self, node: int) -> bool:
-        """Live in every merge class, known without looking further (module docstring)."""
+        """Live in every merge class, known without looking further (module docstring; ``_break`` holds the live
+        cut exits too)."""
         q, ctx = self._key(node)
-        return self._ends(node) or (ctx < self._num_open and bool(self._break[q, ctx]))
+        return bool(self._settled_at(np.array([q]), np.array([ctx]))[0])
 
     def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """(tokens, target nodes, kind, settled) of every token the regex state reads and the context lets through
@@ -183,20 +182,21 @@ class LazyGuide(Guide):
             a = self._canonical
             tokens, qs, ctxs, kind, settled = open_edges(tokens, targets, a.inside_next[ctx], a.boundary_next[ctx],
                                                          self._accepting, a.context_final, self._break, self._num_open)
-            ids = np.full(len(tokens), -1, dtype=np.int64)
-            ids[~settled] = self._nodes.ids(qs[~settled] * self._C + ctxs[~settled])
-            self._candidates[node] = (tokens, ids, kind, settled)
+            self._candidates[node] = (tokens, self._forced_ids(qs, ctxs, settled), kind, settled)
         return self._candidates[node]
 
-    def _targets(self, qs: np.ndarray, ctxs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(node ids, settled) of the edges into (qs, ctxs): an id (-1 if settled) and whether the target is
-        settled."""
+    def _settled_at(self, qs: np.ndarray, ctxs: np.ndarray) -> np.ndarray:
+        """``_settled`` of the nodes (qs, ctxs), built or not (the kernels' ``node_kernels.settled`` over arrays)."""
         settled = self._accepting[qs] & self._canonical.context_final[ctxs]
         is_open = ctxs < self._num_open
         settled[is_open] |= self._break[qs[is_open], ctxs[is_open]]
+        return settled
+
+    def _forced_ids(self, qs: np.ndarray, ctxs: np.ndarray, settled: np.ndarray) -> np.ndarray:
+        """Node ids of the edges' targets (qs, ctxs), -1 where settled: only forced targets become nodes here."""
         ids = np.full(len(qs), -1, dtype=np.int64)
         ids[~settled] = self._nodes.ids(qs[~settled] * self._C + ctxs[~settled])
-        return ids, settled
+        return ids
 
     def _build_pending(self, nodes: list[int]) -> None:
         """``_edges`` of many nodes inside an unfinished character at once (one compiled pass,
@@ -216,7 +216,8 @@ class LazyGuide(Guide):
             np.concatenate([r[0] for r in rows]).astype(np.int32), np.concatenate([r[1] for r in rows]),
             none, none, np.zeros((1, 1), dtype=np.uint32), self._C)
         qs, ctxs = np.divmod(edge_keys, self._C)
-        targets, settled = self._targets(qs, ctxs)
+        settled = self._settled_at(qs, ctxs)
+        targets = self._forced_ids(qs, ctxs, settled)
         tokens = tokens.astype(np.int64)
         bounds = np.concatenate([[0], np.cumsum(counts)])
         for i, n in enumerate(nodes):
@@ -384,22 +385,12 @@ class LazyGuide(Guide):
         return self._ends(self._split(state)[0])
 
     def _descriptor(self, node: int) -> int:
-        """The address of the node's row descriptor for the mask kernels (``CompiledGuide._store_rows``' layout),
-        built on first use."""
+        """The address of the node's row descriptor for the mask kernels (laid out as the eager guide's,
+        ``tables.row_layout``), built on first use."""
         if node not in self._descriptors:
             with self._build_lock:
-                X, Y, Z = self._live_rows(node)
-                n = self.num_words
-                if len(Y) + len(Z) <= _SPARSE_LIMIT:
-                    Y, Z = (np.ascontiguousarray(a, dtype=np.int32) for a in (Y, Z))
-                    if len(X) > _SPARSE_LIMIT:
-                        kind, arrays = ROW_SPARSE_PACKED, (pack(X, n), Y, Z)
-                    else:
-                        kind, arrays = ROW_SPARSE, (np.ascontiguousarray(X, dtype=np.int32), Y, Z)
-                else:
-                    packed_x = pack(X, n)
-                    inside = packed_x | pack(Y, n)
-                    kind, arrays = ROW_DENSE, (inside, inside ^ (packed_x | pack(Z, n)))
+                kind, arrays = row_kind(row_layout(*self._live_rows(node), self.num_words))
+                arrays = tuple(np.ascontiguousarray(a) for a in arrays)  # (the kernel reads them by address)
                 descriptor = np.array(row_descriptor(kind, self._ends(node), *arrays), dtype=np.int64)
                 self._descriptors[node] = (descriptor, arrays)
         return self._descriptors[node][0].ctypes.data

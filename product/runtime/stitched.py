@@ -50,10 +50,9 @@ class StitchedGuide(Guide):
         self._M = self._guides[0]._M
         # instance i's states are i << _INSTANCE_BITS plus its guide's (a lazy fragment's guide numbers its nodes
         # as it meets them: no size is fixed when the guide is built)
-        self._base = [i << _INSTANCE_BITS for i in range(len(instances))]
         # per instance, exit node -> the next instance's initial state, as one global state; a lazy fragment's exit
         # nodes by their key (``LazyGuide``: state * contexts + context), known before the node is
-        starts = [b + g.initial_state for b, g in zip(self._base, self._guides)]
+        starts = [(i << _INSTANCE_BITS) + g.initial_state for i, g in enumerate(self._guides)]
         self._jump = [{node: starts[i] for node, i in inst.next_of_node.items()} for inst in instances]
         self._lazy = [isinstance(g, LazyGuide) for g in self._guides]
         # a choice of keys exits by (node, the key's class) (``product.runtime.keyed``), other fragments by node
@@ -116,19 +115,17 @@ class StitchedGuide(Guide):
         i, inner = self._locate(state)
         self._guides[i]._fill_at(inner, out, address)
 
-
     @functools.cached_property
-    def _instance_makers(self) -> tuple[np.ndarray, list[Guide], np.ndarray]:
-        """Each instance's first global state (ascending), the distinct fragment guides whose masks are their node
-        rows', and each instance's index among them (-1: a counted fragment, whose masks ``_fill_row`` computes)."""
+    def _instance_makers(self) -> tuple[list[Guide], np.ndarray]:
+        """The distinct fragment guides whose masks are their node rows', and each instance's index among them (-1:
+        a counted or lazy fragment, whose masks ``_fill_row`` computes)."""
         makers = list({id(g): g for g in self._guides if g._plain_masks}.values())
         index = {id(g): i for i, g in enumerate(makers)}
-        return (np.array(self._base, dtype=np.int64), makers,
-                np.array([index.get(id(g), -1) for g in self._guides], dtype=np.int64))
+        return makers, np.array([index.get(id(g), -1) for g in self._guides], dtype=np.int64)
 
     def _mask_makers(self, states: np.ndarray) -> tuple[list[Guide], np.ndarray, np.ndarray]:
-        """Each state's fragment guide and its state there (``_locate`` for a batch, one ``searchsorted``)."""
-        _, makers, maker_of_instance = self._instance_makers
+        """Each state's fragment guide and its state there (``_locate`` for a batch, by shifts)."""
+        makers, maker_of_instance = self._instance_makers
         return makers, maker_of_instance[states >> _INSTANCE_BITS], states & _INNER
 
     def advance(self, state: int, token_id: int) -> int:
@@ -150,4 +147,4 @@ class StitchedGuide(Guide):
         jump = self._jump[i].get(key)
         if jump is None and self._lazy[i] and guide._at_live_exit(after // self._M):
             raise CanonmergeError(f"internal: {self.name!r} reached an exit that no instance follows (state {state})")
-        return jump if jump is not None else self._base[i] + after
+        return jump if jump is not None else (i << _INSTANCE_BITS) + after

@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from automata.dfa import lower_bound
+from product.compiler.forbidden import in_intervals
 from product.runtime.kernels.pointers import int16_at as _i16
 from product.runtime.kernels.pointers import int32_at as _i32
 from product.runtime.kernels.pointers import int64_at as _i64
@@ -85,31 +87,12 @@ class StepTable:
 
 
 @njit(inline="always")
-def _lower_bound(values, lo, hi, value):
-    """The first index in ``lo:hi`` of the ascending ``values`` holding a value >= ``value``."""
-    while lo < hi:
-        mid = (lo + hi) >> 1
-        if values[mid] < value:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-@njit(inline="always")
 def _forbids(table, merge_class, token):
     """Whether ``merge_class`` forbids ``token`` inside a piece: the forbidden interval starting last at or
     before the token's position must cover it (``CanonicalAutomaton.forbids`` for one token)."""
-    offsets, starts = _i64(table[_FORBID_OFFSETS]), _i32(table[_FORBID_STARTS])
-    position = _i32(table[_FORBID_POSITION])[token]
-    lo, hi = offsets[merge_class], offsets[merge_class + 1]
-    while lo < hi:  # first interval starting after the position
-        mid = (lo + hi) >> 1
-        if starts[mid] <= position:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo > offsets[merge_class] and position < _i32(table[_FORBID_ENDS])[lo - 1]
+    offsets = _i64(table[_FORBID_OFFSETS])
+    return in_intervals(_i32(table[_FORBID_POSITION])[token], _i32(table[_FORBID_STARTS]), _i32(table[_FORBID_ENDS]),
+                        offsets[merge_class], offsets[merge_class + 1])
 
 
 @njit("int64(int64, int64, int64, int64, int64)", cache=True)
@@ -152,7 +135,7 @@ def step(table_address, state, token, cache_address, allowed):
         target = np.int64(_i32(table[_COMMON_TARGET])[q])
     else:
         offsets, tokens = _i64(table[_OFFSETS]), _i32(table[_TOKENS])
-        i = _lower_bound(tokens, offsets[q], offsets[q + 1], token)
+        i = lower_bound(tokens, offsets[q], offsets[q + 1], token)
         if i == offsets[q + 1] or tokens[i] != token:
             return INCONSISTENT
         target = np.int64(_i32(table[_TARGETS])[i])
@@ -169,7 +152,7 @@ def step(table_address, state, token, cache_address, allowed):
         row = ctx - num_open
         pending_offsets, pending_tokens = _i64(table[_PENDING_OFFSETS]), _i32(table[_PENDING_TOKENS])
         lo, hi = pending_offsets[row], pending_offsets[row + 1]
-        j = _lower_bound(pending_tokens, lo, hi, token)
+        j = lower_bound(pending_tokens, lo, hi, token)
         if j == hi or pending_tokens[j] != token:
             return INCONSISTENT
         next_ctx = np.int64(_i16(table[_PENDING_NEXT])[j])
@@ -179,7 +162,7 @@ def step(table_address, state, token, cache_address, allowed):
     # the node (target, next_ctx)
     keys = _i64(table[_KEYS])
     key = target * table[_NUM_CONTEXTS] + next_ctx
-    k = _lower_bound(keys, 0, table[_NUM_KEYS], key)
+    k = lower_bound(keys, 0, table[_NUM_KEYS], key)
     if k == table[_NUM_KEYS] or keys[k] != key:
         return INCONSISTENT
     return _i64(table[_KEY_NODES])[k] * M + next_mc
