@@ -15,12 +15,16 @@ what a construction for them takes).
 
 from __future__ import annotations
 
-from automata.budget import CompileBudget
-from automata.grammar import parse_grammar
+from automata.budget import CompileBudget, running
+from automata.grammar import UnsupportedGrammarError, parse_grammar
+from automata.grammar.pushdown import call_automaton
 from automata.grammar.regular import to_regex
 from bpe.automaton import CanonicalAutomaton
 from product.compile import compile_regex
+from product.compiler.tables import guide_eos
 from product.runtime.guide import Guide
+from product.runtime.lazy import LazyGuide
+from product.runtime.pushdown import PushdownGuide
 
 __all__ = ["compile_grammar", "grammar_regex"]
 
@@ -49,7 +53,35 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
     a regex cannot express; then ``compile_regex``'s (``EmptyLanguageError``, ``StateLimitError``,
     ``CompileBudgetError`` past ``budget``, ``bpe.MissingEOSError``).
     """
-    regex = grammar_regex(text, syntax=syntax, start=start, max_depth=max_depth)
+    grammar = parse_grammar(text, syntax, start)
+    name = name if name is not None else f"{syntax} grammar"
+    try:
+        regex = to_regex(grammar, max_depth=max_depth)
+    except UnsupportedGrammarError as exc:
+        if exc.construct != "recursion":
+            raise
+        return _pushdown_guide(grammar, canonical, exc, canonical_only=canonical_only, max_states=max_states,
+                               eos_token_ids=eos_token_ids, cache_size=cache_size, name=name, budget=budget)
     return compile_regex(regex, canonical, canonical_only=canonical_only, max_states=max_states,
                          cache_size=cache_size, eos_token_ids=eos_token_ids,
-                         name=name if name is not None else f"{syntax} grammar", budget=budget, lazy=lazy)
+                         name=name, budget=budget, lazy=lazy)
+
+
+def _pushdown_guide(grammar, canonical: CanonicalAutomaton, refused: UnsupportedGrammarError, *,
+                    canonical_only: bool, max_states: int, eos_token_ids, cache_size: int, name: str,
+                    budget: CompileBudget | None) -> Guide:
+    """The guide of a grammar with recursion no regex expresses: a ``PushdownGuide`` over its call automaton."""
+    if not canonical_only:
+        raise UnsupportedGrammarError(f"{refused} (a recursive grammar's guide gives canonical masks only: pass "
+                                      "canonical_only=True, or max_depth= for a depth-bounded regex)",
+                                      construct="recursion", line=refused.line, column=refused.column,
+                                      rule=refused.rule)
+    if not LazyGuide.helps(canonical):
+        raise UnsupportedGrammarError(
+            f"{refused}: a recursive grammar's guide needs a tokenizer whose pre-tokenizer splits text into pieces "
+            "(this one reads the whole text as one piece, as SentencePiece BPE does); pass max_depth= for a "
+            "depth-bounded regex", construct="recursion", line=refused.line, column=refused.column, rule=refused.rule)
+    guide_eos(canonical, eos_token_ids)
+    with running(budget):
+        automaton = call_automaton(grammar, max_states=max_states)
+        return PushdownGuide(automaton, canonical, eos_token_ids=eos_token_ids, cache_size=cache_size, name=name)

@@ -47,7 +47,7 @@ from automata.grammar.ir import (
     references,
 )
 
-__all__ = ["to_regex", "MAX_REGEX_LENGTH"]
+__all__ = ["to_regex", "call_regexes", "call_marker", "MAX_REGEX_LENGTH", "MAX_CALL_RULES"]
 
 MAX_REGEX_LENGTH = 2_000_000
 _SPECIAL = frozenset("\\.^$*+?{}[]|()/")
@@ -65,26 +65,77 @@ def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH, max_depth:
     refers to the cycle twice)."""
     grammar = _without_immediate_recursion(grammar.lowered())
     writer = _Writer(grammar, max_length)
+    for members in _components(grammar):
+        if len(members) == 1 and members[0] not in writer.recursive:
+            writer.done[members[0]] = writer.write(grammar.rules[members[0]].body)
+            continue
+        try:
+            writer.solve(members)
+        except UnsupportedGrammarError:
+            if max_depth is None:
+                raise
+            writer.unroll(members, max_depth)
+    return writer.done[grammar.start]
+
+
+def call_regexes(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH) -> tuple[str, dict[str, str]]:
+    """The grammar as regexes that *call* rules, for the recursion no regex expresses (``automata.grammar.pushdown``):
+    ``(root, bodies)``. The rules of each cycle that ``to_regex`` refuses are *call rules*: every reference to one
+    is written as the character ``call_marker(k)`` (k: its index in ``bodies``, in insertion order), and ``bodies``
+    holds each call rule's body so written; every other rule is inlined as ``to_regex`` inlines it. ``root`` is the
+    start rule's regex (a single marker when the start is a call rule). Substituting each marker by its rule's
+    language gives the grammar's language. ``bodies`` is empty when the grammar is regular (``root`` is then
+    ``to_regex``'s regex). More than ``MAX_CALL_RULES`` call rules: ``UnsupportedGrammarError``."""
+    grammar = _without_immediate_recursion(grammar.lowered())
+    writer = _Writer(grammar, max_length)
+    bodies: dict[str, str] = {}
+    for members in _components(grammar):
+        if len(members) == 1 and members[0] not in writer.recursive:
+            writer.done[members[0]] = writer.write(grammar.rules[members[0]].body)
+            continue
+        try:
+            writer.solve(members)
+        except UnsupportedGrammarError:
+            if len(bodies) + len(members) > MAX_CALL_RULES:
+                raise UnsupportedGrammarError(f"more than {MAX_CALL_RULES} recursive rules",
+                                              construct="recursion") from None
+            for name in members:
+                writer.done[name] = call_marker(len(bodies))
+                bodies[name] = ""
+            for name in members:
+                bodies[name] = writer.write(grammar.rules[name].body)
+    return writer.done[grammar.start], bodies
+
+
+MAX_CALL_RULES = 512
+_CALL_BASE = 0xDA00  # U+DA00..U+DBFF: lone surrogates, in no text (``product.counted`` marks its loops below)
+
+
+def call_marker(k: int) -> str:
+    """The character that stands for call rule ``k`` in ``call_regexes``' regexes."""
+    if not 0 <= k < MAX_CALL_RULES:
+        raise ValueError(f"call rule {k} outside 0..{MAX_CALL_RULES - 1}")
+    return chr(_CALL_BASE + k)
+
+
+def is_call_marker(char: str) -> bool:
+    return _CALL_BASE <= ord(char) < _CALL_BASE + MAX_CALL_RULES
+
+
+def _components(grammar: Grammar) -> list[list[str]]:
+    """The strongly connected components of the rules the start uses, dependencies first, each in the grammar's
+    order."""
     graph = nx.DiGraph()
     reachable = grammar.reachable()
     graph.add_nodes_from(reachable)
     for name in reachable:
         graph.add_edges_from((name, ref.name) for ref in references(grammar.rules[name].body))
     condensed = nx.condensation(graph)
-    for component in reversed(list(nx.topological_sort(condensed))):  # dependencies first
+    out = []
+    for component in reversed(list(nx.topological_sort(condensed))):
         members = condensed.nodes[component]["members"]
-        if len(members) == 1 and not graph.has_edge(*(2 * tuple(members))):
-            (name,) = members
-            writer.done[name] = writer.write(grammar.rules[name].body)
-        else:
-            ordered = [n for n in reachable if n in members]
-            try:
-                writer.solve(ordered)
-            except UnsupportedGrammarError:
-                if max_depth is None:
-                    raise
-                writer.unroll(ordered, max_depth)
-    return writer.done[grammar.start]
+        out.append([n for n in reachable if n in members])
+    return out
 
 
 class _Writer:
@@ -93,6 +144,8 @@ class _Writer:
     def __init__(self, grammar: Grammar, max_length: int):
         self.grammar, self.max_length = grammar, max_length
         self.done: dict[str, str] = {}
+        self.recursive = {name for name, rule in grammar.rules.items()
+                          if any(ref.name == name for ref in references(rule.body))}  # (self-references)
 
     def checked(self, regex: str) -> str:
         if len(regex) > self.max_length:

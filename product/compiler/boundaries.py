@@ -16,6 +16,11 @@ A fragment of a stitched constraint ends at cut exits where the text goes on in 
 stop there when the marked DFA accepts whatever text follows from the state it is in (``universal_states``), so the
 boundary it placed stands for every continuation.
 
+For a recursive grammar's call automaton (``automata.grammar.pushdown``) the completion runs through the rules on
+the stack; ``call_summaries`` gives, per state and marked state, the marked states a completion of the state's rule
+can end in (the Bar-Hillel construction over the 21-33 marked states), from which a configuration's test is a pass
+over its stacks (``product.runtime.pushdown``).
+
 Here: ``character_edges`` (a byte DFA's transitions on whole characters, as marked-DFA symbols),
 ``break_possible`` (per DFA state and open context) and ``universal_states``. Where it is false, the text must go on inside the current
 piece, and liveness depends on the merge class (a forced piece: the rest of a literal, an unfinished character);
@@ -31,7 +36,7 @@ from automata.dfa import DFA
 from bpe.automaton import CanonicalAutomaton
 from product.compiler.tables import per_automaton
 
-__all__ = ["character_edges", "break_possible", "universal_states"]
+__all__ = ["character_edges", "break_possible", "universal_states", "call_summaries", "after_hash_states"]
 
 def character_edges(dfa: DFA, canonical: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(source, symbol, target) of every whole character a byte DFA reads from a state where a character starts:
@@ -223,3 +228,98 @@ def _backward(Q, S, seeds, marked, hash_next, in_bounds, in_src, in_sym):
                         stack[top] = q * S + m0
                         top += 1
     return reach, after_char
+
+
+def after_hash_states(canonical: CanonicalAutomaton) -> np.ndarray:
+    """uint64 [open contexts]: per open context, the marked states reached by reading ``#`` from one of its states
+    (as bits): where a completion starts when the pre-tokenizer places a boundary here."""
+    marked = canonical.marked_transitions
+    hash_next = marked[:, -1].astype(np.int64)
+    out = np.zeros(canonical.num_open_contexts, dtype=np.uint64)
+    for ctx in range(canonical.num_open_contexts):
+        states = int(canonical.context_states[ctx])
+        for m in range(len(hash_next)):
+            if states >> m & 1 and hash_next[m] >= 0:
+                out[ctx] |= np.uint64(1) << np.uint64(hash_next[m])
+    return out
+
+
+def call_summaries(automaton, canonical: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first_char, anything, nullable) of a ``CallAutomaton``: ``first_char[s, m]`` (uint64, bits of marked states)
+    the marked states a non-empty completion of ``s``'s rule from s (to an accepting state of the rule, the rules it
+    calls completed too) can end in, read from marked state m starting with a character (no ``#`` first);
+    ``anything[s, m]`` the same for any completion, ``#`` moves anywhere and the empty one included;
+    ``nullable[s]``: the rule can end from s reading nothing. A least fixpoint (``_summaries``)."""
+    marked = canonical.marked_transitions
+    S = marked.shape[0]
+    if S > 64:
+        raise ValueError(f"a marked DFA of {S} states does not fit the 64-bit sets of call_summaries")
+    src, sym, dst = character_edges(automaton.dfa, canonical)
+    order = np.argsort(-src, kind="stable")  # (rules number states forwards: completions propagate back faster)
+    calls = automaton.calls
+    return _summaries(automaton.num_states, S, automaton.accepting, src[order], sym[order], dst[order],
+                      calls[:, 0].copy(), automaton.rule_start[calls[:, 1]].astype(np.int64), calls[:, 2].copy(),
+                      marked.astype(np.int64), marked[:, -1].astype(np.int64))
+
+
+@njit(cache=True)
+def _summaries(Q, S, accepting, src, sym, dst, call_src, call_start, call_ret, marked, hash_next):
+    """``call_summaries``' fixpoint: sweeps over the character edges, the calls and the leading ``#`` moves until
+    nothing grows (sets only grow, so it ends)."""
+    hash_closure = np.zeros(S, dtype=np.uint64)
+    for m in range(S):
+        x = m
+        while x >= 0 and not (hash_closure[m] >> np.uint64(x)) & np.uint64(1):
+            hash_closure[m] |= np.uint64(1) << np.uint64(x)
+            x = hash_next[x]
+    first = np.zeros((Q, S), dtype=np.uint64)
+    anything = np.zeros((Q, S), dtype=np.uint64)
+    nullable = accepting.copy()
+    for s in range(Q):
+        if accepting[s]:
+            anything[s, :] = hash_closure
+    changed = True
+    while changed:
+        changed = False
+        for e in range(len(src)):
+            s, c, t = src[e], sym[e], dst[e]
+            for m in range(S):
+                m2 = marked[m, c]
+                if m2 < 0:
+                    continue
+                v = anything[t, m2]
+                if v & ~first[s, m]:
+                    first[s, m] |= v
+                    changed = True
+                if v & ~anything[s, m]:
+                    anything[s, m] |= v
+                    changed = True
+        for e in range(len(call_src)):
+            s, x0, r = call_src[e], call_start[e], call_ret[e]
+            if nullable[x0] and nullable[r] and not nullable[s]:
+                nullable[s] = True
+                changed = True
+            for m in range(S):
+                via_any = np.uint64(0)
+                via_first = np.uint64(0)
+                bits_any, bits_first = anything[x0, m], first[x0, m]
+                for m2 in range(S):
+                    if (bits_any >> np.uint64(m2)) & np.uint64(1):
+                        via_any |= anything[r, m2]
+                    if (bits_first >> np.uint64(m2)) & np.uint64(1):
+                        via_first |= anything[r, m2]
+                if nullable[x0]:
+                    via_first |= first[r, m]
+                if via_first & ~first[s, m]:
+                    first[s, m] |= via_first
+                    changed = True
+                if (via_any | via_first) & ~anything[s, m]:
+                    anything[s, m] |= via_any | via_first
+                    changed = True
+        for s in range(Q):
+            for m in range(S):
+                h = hash_next[m]
+                if h >= 0 and anything[s, h] & ~anything[s, m]:
+                    anything[s, m] |= anything[s, h]
+                    changed = True
+    return first, anything, nullable

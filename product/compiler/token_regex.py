@@ -523,6 +523,38 @@ def state_row(table: np.ndarray, trie: VocabularyTrie, state: int) -> tuple[np.n
     return tokens[:offsets[state + 1]], targets[:offsets[state + 1]]
 
 
+def unexpanded_reached(table: np.ndarray, expanded: np.ndarray, trie: VocabularyTrie, state: int) -> np.ndarray:
+    """The states of ``table`` that the vocabulary trie's walk from ``state`` reaches at a node with children while
+    their row is not yet ``expanded`` (a table built as it is walked: ``automata.grammar.pushdown``): the rows to
+    fill before ``state_row(table, trie, state)`` is complete."""
+    return _unexpanded(table, expanded, trie.node_depth, trie.node_byte, trie.subtree_end, state)
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _unexpanded(table, expanded, node_depth, node_byte, subtree_end, origin):
+    state_at = np.empty(int(node_depth.max()) + 1, dtype=np.int64)
+    seen = np.zeros(table.shape[0], dtype=np.bool_)
+    out = np.empty(table.shape[0], dtype=np.int64)
+    count = 0
+    state_at[0] = origin
+    node, n = 1, len(node_byte)
+    while node < n:
+        state = table[state_at[node_depth[node] - 1], node_byte[node]]
+        if state < 0:
+            node = subtree_end[node]
+            continue
+        if not expanded[state] and subtree_end[node] > node + 1:  # its children read its row: not there yet
+            if not seen[state]:
+                seen[state] = True
+                out[count] = state
+                count += 1
+            node = subtree_end[node]
+            continue
+        state_at[node_depth[node]] = state
+        node += 1
+    return out[:count]
+
+
 def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, offsets: np.ndarray,
                   tokens: np.ndarray, targets: np.ndarray) -> int:
     """``_walk`` in calls of at most ``_WALK_CHUNK`` entries, the compile's budget checked between them

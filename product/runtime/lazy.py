@@ -85,19 +85,10 @@ class LazyGuide(Guide):
             raise ValueError(f"start_context {start_context} is not an open context of the automaton")
         self.name, self.canonical_only = name, True
         self._canonical = self._tokens = self._automaton = canonical
-        self._table = np.ascontiguousarray(dfa.transitions)
         self._trie = vocabulary_trie(canonical)
         self._state_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         self._M, self._num_open = canonical.num_merge_classes, canonical.num_open_contexts
-        self._accepting = dfa.accepting if ends is None else np.asarray(ends, dtype=bool)
-        # [DFA state, open context]: settled without the product (a boundary here is possible, or a live cut exit)
-        if exit_live is None:
-            self._exit_live = None
-            self._break = break_possible(dfa, canonical, ends=self._accepting)
-        else:
-            self._exit_live = np.ascontiguousarray(exit_live[:, : self._num_open], dtype=bool)
-            self._break = break_possible(dfa, canonical, ends=self._accepting, exits=self._exit_live)
-            self._break |= self._exit_live
+        start_state = self._init_constraint(dfa, ends, exit_live)
         self.vocab_size = canonical.vocab_size
         self.eos_token_ids = guide_eos(canonical, eos_token_ids)
         self._nodes = NodeTable()  # node ids by key q * contexts + ctx
@@ -112,13 +103,29 @@ class LazyGuide(Guide):
         # First visits grow shared tables: under this lock, taken after the mask cache's (``Guide._lock``) where
         # both are held, never before it.
         self._build_lock = threading.RLock()
-        self._dfa, self._start_context, self._whole = dfa, start_context, None
-        start = self._node(dfa.start, start_context)
+        self._start_context, self._whole = start_context, None
+        start = self._node(start_state, start_context)
         self.initial_state = start * self._M + canonical.start_class % self._M
         if not self._is_live(start, canonical.start_class % self._M):
             raise EmptyLanguageError("no string the regex accepts has a canonical tokenization over this vocabulary")
         self._init_mask_cache(cache_size)
         self._mask(self.initial_state)
+
+    def _init_constraint(self, dfa: DFA, ends: np.ndarray | None, exit_live: np.ndarray | None) -> int:
+        """Set the constraint's tables — ``_table`` (states x bytes), ``_accepting``, ``_exit_live`` and ``_break``
+        ([state, open context]: settled without the product: a boundary here is possible, or a live cut exit) —
+        and return its start state."""
+        self._dfa = dfa
+        self._table = np.ascontiguousarray(dfa.transitions)
+        self._accepting = dfa.accepting if ends is None else np.asarray(ends, dtype=bool)
+        if exit_live is None:
+            self._exit_live = None
+            self._break = break_possible(dfa, self._canonical, ends=self._accepting)
+        else:
+            self._exit_live = np.ascontiguousarray(exit_live[:, : self._num_open], dtype=bool)
+            self._break = break_possible(dfa, self._canonical, ends=self._accepting, exits=self._exit_live)
+            self._break |= self._exit_live
+        return dfa.start
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

@@ -1,0 +1,274 @@
+"""Recursive grammars as call automata: each recursive rule a byte DFA, references to them calls, configurations
+built on first visit.
+
+A grammar whose recursion no regex expresses (``"(" expr ")"``, JSON's nesting) is written by
+``regular.call_regexes`` as regexes over characters and *call markers*, one per recursive rule. Here each becomes a
+DFA over bytes whose marker edges are kept aside as *calls* (state s, callee rule k, return state r): the
+``CallAutomaton``, every rule's DFA in one table (rule 0 is the start rule's regex, the *root*).
+
+A *configuration* is what the text so far can be in: a set of items (state, stack), a stack being the return
+states of the rules called and not finished (``Configurations`` interns stacks as (return state, parent) pairs,
+stack 0 empty). It is closed under calls (an item at a state with a call to k also stands at k's start, its stack
+pushed with the return state) and returns (an item at an accepting state of a called rule stands at the return
+state on top of its stack, popped); of the closure only the items that read a byte are kept, and whether one sits
+at an accepting state of the root with an empty stack — where the text may end. ``Configurations`` numbers
+configurations as they are met and fills a configuration's row over the 256 bytes on request (``expand``): a
+deterministic automaton over bytes, infinite in general, built only where a walk goes. Its table has the layout of
+``automata.dfa.DFA``'s, so the vocabulary-trie walks of regex guides read it unchanged.
+
+Invariants: a configuration's items are distinct and each reads some byte (or the configuration is the text's end
+only); equal closures are one configuration; ``MISSING`` marks a byte no item reads (and a row not yet expanded,
+``expanded`` says which). Left recursion (a rule that can call itself before reading a byte) is refused when the
+automaton is built: its closure would never end. A configuration past ``max_items`` items (a highly ambiguous
+grammar) raises ``StateLimitError``.
+
+Leaves out: tokens (``product.runtime.pushdown`` builds guides over configurations), grammars whose recursion a
+regex expresses (``regular.to_regex``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import interegular
+import numpy as np
+from interegular.fsm import anything_else
+from interegular.patterns import _DOT, _EMPTY, Pattern, REFlags, _CharGroup, _Concatenation, _Repeated
+
+from automata import glushkov, parse
+from automata.dfa import DFA, MISSING, Alphabet
+from automata.errors import StateLimitError
+from automata.grammar.ir import Grammar, UnsupportedGrammarError
+from automata.grammar.regular import call_marker, call_regexes, is_call_marker
+from automata.regex import _interegular_char_dfa, shown, utf8_dfa
+
+__all__ = ["CallAutomaton", "Configurations", "call_automaton"]
+
+
+@dataclass(frozen=True)
+class CallAutomaton:
+    """The rules of a recursive grammar side by side. ``dfa``: one byte table over every rule's states (start: the
+    root's start); ``accepting[s]``: the rule of ``s`` may end there. ``calls``: int64 [n, 3] rows (state, callee
+    rule, return state), sorted by state; ``rule_start[k]``: the start state of rule k (rule 0: the root, never
+    called); ``rule_names[k]`` its name."""
+
+    dfa: DFA
+    calls: np.ndarray
+    rule_start: np.ndarray
+    rule_names: tuple[str, ...]
+
+    @property
+    def accepting(self) -> np.ndarray:
+        return self.dfa.accepting
+
+    @property
+    def num_states(self) -> int:
+        return self.dfa.num_states
+
+
+def call_automaton(grammar: Grammar, *, max_states: int = 100_000) -> CallAutomaton | None:
+    """The call automaton of ``grammar``, or None where its language is regular (``regular.to_regex`` writes it).
+    Errors: ``UnsupportedGrammarError`` (left recursion, naming the rule), ``StateLimitError``, ``RegexError``."""
+    root, bodies = call_regexes(grammar)
+    if not bodies:
+        return None
+    names = ("<start>", *bodies)
+    tables, accepting, starts, calls = [], [], [], []
+    offset = 0
+    for k, pattern in enumerate((root, *bodies.values())):
+        table, ends, start, rule_calls = _rule_dfa(pattern, max_states)
+        tables.append(np.where(table >= 0, table + offset, MISSING).astype(np.int32))
+        accepting.append(ends)
+        starts.append(start + offset)
+        calls += [(s + offset, callee + 1, r + offset) for s, callee, r in rule_calls]  # (rule 0 is the root)
+        offset += len(table)
+        if offset > max_states:
+            raise StateLimitError(f"the grammar's rules have more than max_states={max_states} states")
+    dfa = DFA(np.concatenate(tables), np.concatenate(accepting), starts[0], Alphabet.bytes())
+    calls_array = np.array(sorted(calls), dtype=np.int64).reshape(-1, 3)
+    automaton = CallAutomaton(dfa, calls_array, np.array(starts, dtype=np.int64), names)
+    _refuse_left_recursion(automaton, grammar)
+    return automaton
+
+
+def _rule_dfa(pattern: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, int]]]:
+    """(byte table, accepting, start, calls (state, rule, return state)) of one rule's regex with call markers."""
+    markers = frozenset(c for c in pattern if is_call_marker(c))
+    tree = parse.read(pattern) or interegular.parse_pattern(pattern)
+    tree = _markers_unmatched(tree, markers, pattern)
+    glushkov.check_positions(tree, max_states)
+    class_target, accepting, start, mapping = (glushkov.char_dfa(tree, max_states)
+                                               or _interegular_char_dfa(tree, max_states))
+    class_target = np.array(class_target, dtype=np.int32)
+    calls = []
+    for char in markers:
+        c = mapping[char]
+        if sum(1 for k in mapping.values() if k == c) != 1:  # (each marker is named alone: its own class)
+            raise AssertionError(f"call marker U+{ord(char):04X} shares its class in {shown(pattern)}")
+        for s in np.flatnonzero(class_target[:, c] >= 0).tolist():
+            calls.append((s, ord(char) - ord(call_marker(0)), int(class_target[s, c])))
+        class_target[:, c] = MISSING  # no text reads a marker
+    dfa = utf8_dfa(class_target, np.asarray(accepting, dtype=bool), int(start), mapping, mapping[anything_else],
+                   class_target.shape[1] - 1, max_states)
+    return dfa.transitions, dfa.accepting, dfa.start, calls
+
+
+def _markers_unmatched(tree, markers: frozenset, pattern: str, flags: REFlags = REFlags(0)):
+    """``tree`` with every negated class (``[^...]``, ``.``) leaving the markers out: only a marker itself reads
+    one, so a call is an edge of the places the grammar refers to the rule, nowhere else."""
+    if tree is _DOT:  # (``.``: every character but a newline, or every one under the s flag)
+        return _CharGroup(markers if flags & REFlags.SINGLE_LINE else markers | {"\n"}, True)
+    if isinstance(tree, _CharGroup):
+        return _CharGroup(tree.chars | markers, True) if tree.negated else tree
+    if isinstance(tree, Pattern):
+        inner = (flags | tree.added_flags) & ~tree.removed_flags
+        return Pattern(tuple(_markers_unmatched(o, markers, pattern, inner) for o in tree.options),
+                       tree.added_flags, tree.removed_flags)
+    if isinstance(tree, _Concatenation):
+        return _Concatenation(tuple(_markers_unmatched(p, markers, pattern, flags) for p in tree.parts))
+    if isinstance(tree, _Repeated):
+        return _Repeated(_markers_unmatched(tree.base, markers, pattern, flags), tree.min, tree.max)
+    if tree is _EMPTY:
+        return tree
+    raise UnsupportedGrammarError(f"a lookaround in a rule of a recursive grammar: {shown(pattern)}",
+                                  construct="lookaround")
+
+
+def _refuse_left_recursion(automaton: CallAutomaton, grammar: Grammar) -> None:
+    """Refuse a rule that can call itself before reading a byte (directly or through other rules): the closure of
+    a configuration would push forever."""
+    accepting, calls, starts = automaton.accepting, automaton.calls, automaton.rule_start
+    by_state: dict[int, list[tuple[int, int]]] = {}
+    for s, k, r in calls.tolist():
+        by_state.setdefault(s, []).append((k, r))
+    # nullable[s]: from s the rule can end reading nothing (through calls of rules that can end so)
+    nullable = accepting.copy()
+    changed = True
+    while changed:
+        changed = False
+        for s, k, r in calls.tolist():
+            if not nullable[s] and nullable[starts[k]] and nullable[r]:
+                nullable[s] = changed = True
+    first_calls: dict[int, set[int]] = {}
+    for k, start in enumerate(starts.tolist()):
+        seen, stack, called = {start}, [start], set()
+        while stack:
+            for callee, r in by_state.get(stack.pop(), ()):
+                called.add(callee)
+                if nullable[starts[callee]] and r not in seen:
+                    seen.add(r)
+                    stack.append(r)
+        first_calls[k] = called
+    for k in range(1, len(starts)):
+        seen, stack = set(), list(first_calls[k])
+        while stack:
+            j = stack.pop()
+            if j == k:
+                name = automaton.rule_names[k]
+                rule = grammar.rules.get(name)
+                raise UnsupportedGrammarError(
+                    f"rule {name!r} is left-recursive (it can refer to itself before any text): not supported, as in "
+                    "llama.cpp; write the repetition with * or +", construct="left recursion",
+                    line=rule.at.line if rule else 0, column=rule.at.column if rule else 0, rule=name)
+            if j not in seen:
+                seen.add(j)
+                stack.extend(first_calls[j])
+
+
+class Configurations:
+    """The configurations of a ``CallAutomaton`` met so far, numbered from 0 (the start), and their byte rows.
+
+    ``table``: int32 [capacity, 256] (rows ``0..len(self)-1`` are configurations; a row is filled by ``expand``,
+    ``MISSING`` before); ``accepting[c]``: the text may end in configuration c. ``items(c)``: its (states, stacks)
+    arrays. Stacks: ``stack_return[i]``, ``stack_parent[i]`` (stack 0 is empty)."""
+
+    def __init__(self, automaton: CallAutomaton, *, max_items: int = 100_000):
+        self.automaton, self.max_items = automaton, max_items
+        T = automaton.dfa.transitions
+        self._transitions = T
+        self._reads = (T >= 0).any(axis=1)
+        self._calls_at: dict[int, list[tuple[int, int]]] = {}
+        for s, k, r in automaton.calls.tolist():
+            self._calls_at.setdefault(s, []).append((int(automaton.rule_start[k]), r))
+        self.stack_return, self.stack_parent = [-1], [-1]
+        self._stack_ids: dict[tuple[int, int], int] = {}
+        self._ids: dict[tuple, int] = {}
+        self._items: list[tuple[np.ndarray, np.ndarray]] = []
+        self.table = np.full((64, 256), MISSING, dtype=np.int32)
+        self.accepting = np.zeros(64, dtype=bool)
+        self.expanded = np.zeros(64, dtype=bool)
+        self.start = self._intern([(automaton.dfa.start, 0)])
+        if self.start == MISSING:
+            raise AssertionError("a call automaton's start reads nothing")  # (the grammar's language is not empty)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self, config: int) -> tuple[np.ndarray, np.ndarray]:
+        return self._items[config]
+
+    def depth(self, stack: int) -> int:
+        n = 0
+        while stack:
+            stack, n = self.stack_parent[stack], n + 1
+        return n
+
+    def _push(self, stack: int, ret: int) -> int:
+        key = (ret, stack)
+        i = self._stack_ids.get(key)
+        if i is None:
+            i = self._stack_ids[key] = len(self.stack_return)
+            self.stack_return.append(ret)
+            self.stack_parent.append(stack)
+        return i
+
+    def _intern(self, pairs) -> int:
+        """The configuration of the closure of (state, stack) ``pairs``, numbered on first sight; MISSING if it
+        reads nothing and cannot end (a dead text)."""
+        accepting_states = self.automaton.accepting
+        found, todo = set(pairs), list(pairs)
+        while todo:
+            s, stack = todo.pop()
+            more = [(start, self._push(stack, r)) for start, r in self._calls_at.get(s, ())]
+            if accepting_states[s] and stack:
+                more.append((self.stack_return[stack], self.stack_parent[stack]))
+            for pair in more:
+                if pair not in found:
+                    found.add(pair)
+                    todo.append(pair)
+            if len(found) > self.max_items:
+                raise StateLimitError(f"a configuration of the grammar holds more than {self.max_items} items (an "
+                                      "ambiguous grammar: the same text parsed in ever more ways)")
+        ends = any(accepting_states[s] and not stack for s, stack in found)
+        kept = sorted((s, stack) for s, stack in found if self._reads[s])
+        if not kept and not ends:
+            return MISSING
+        key = (ends, *kept)
+        config = self._ids.get(key)
+        if config is None:
+            config = self._ids[key] = len(self._items)
+            self._items.append((np.array([s for s, _ in kept], dtype=np.int64),
+                                np.array([k for _, k in kept], dtype=np.int64)))
+            if config == len(self.table):
+                grow = len(self.table)
+                self.table = np.concatenate([self.table, np.full((grow, 256), MISSING, dtype=np.int32)])
+                self.accepting = np.concatenate([self.accepting, np.zeros(grow, dtype=bool)])
+                self.expanded = np.concatenate([self.expanded, np.zeros(grow, dtype=bool)])
+            self.accepting[config] = ends
+        return config
+
+    def expand(self, configs) -> None:
+        """Fill the byte rows of ``configs`` (those not yet expanded): each byte's step of every item, closed."""
+        for config in configs:
+            if self.expanded[config]:
+                continue
+            states, stacks = self._items[config]
+            targets = self._transitions[states]  # [items, 256]
+            columns, inverse = np.unique(targets, axis=1, return_inverse=True)
+            row = np.empty(columns.shape[1], dtype=np.int32)
+            for j in range(columns.shape[1]):
+                column = columns[:, j]
+                live = column >= 0
+                row[j] = self._intern(list(zip(column[live].tolist(), stacks[live].tolist()))) if live.any() else MISSING
+            self.table[config] = row[inverse.ravel()]
+            self.expanded[config] = True

@@ -1,0 +1,133 @@
+"""A recursive grammar's guide: the lazy guide's construction over configurations of a call automaton.
+
+A grammar whose recursion no regex expresses has infinitely many configurations (``automata.grammar.pushdown``:
+sets of (state, stack) items), so no guide can build its product first. ``LazyGuide`` never needs to: it builds a
+node (constraint state, canonical context) when a walk meets it, from three things per constraint state — the
+state's byte row (for the vocabulary-trie walk), whether the text may end there, and the boundary test (whether
+some completion lets the pre-tokenizer place a piece boundary here: then the state is live in every merge class,
+docs/design.md, "Liveness decided locally"). ``PushdownGuide`` is a ``LazyGuide`` whose constraint states are the
+configurations met so far, numbered as they come, with those three things computed per configuration:
+
+- *Rows.* Before a configuration's token row is walked, every configuration the walk passes at a trie node with
+  children is expanded (``Configurations.expand``), in rounds until the walk meets no unexpanded one
+  (``token_regex.unexpanded_reached``): a token such as ``[[`` pushes two frames, so the rows it crosses are built
+  first. Then the row is the regex guide's (``token_regex.state_row``), over the table so far.
+- *Ends.* The root rule accepts with an empty stack.
+- *Boundary test.* A completion from an item (s, stack) finishes s's rule, then each rule on the stack from its
+  return state, then the text ends. ``boundaries.call_summaries`` gives per call-automaton state the marked-DFA
+  states a completion of its rule can end in (a least fixpoint over states x 21-33 marked states, once per guide),
+  and per stack two sets, built once per stack from its parent's: ``_complete`` (the marked states from which the
+  stack's rules can be finished, the text ending in a final state) and ``_complete_first`` (the same, the first
+  move a character). The test for an item is then a lookup: some marked state after ``#`` has a non-empty
+  completion of s's rule ending in a state from which the stack completes (or s's rule ends at once and the stack
+  completes non-empty from there).
+
+Everything else — forced regions searched on demand, the masks, ``advance``, the mask cache, ``Matcher`` and the
+clients — is ``LazyGuide``'s. A forced region past ``_MAX_REGION`` undecided pairs, which a regex guide answers by
+compiling its whole product, raises ``StateLimitError`` here (there is no whole product).
+
+Leaves out: the any-tokenization comparison mode and tokenizers without pre-tokenizer splits (nothing is settled
+there: refused by ``product.compile_grammar``), sharing rows between configurations that differ only below the top
+of their stacks (each configuration walks the trie once).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from automata.errors import StateLimitError
+from automata.grammar.pushdown import CallAutomaton, Configurations
+from bpe.automaton import CanonicalAutomaton
+from product.compiler.boundaries import after_hash_states, call_summaries
+from product.compiler.token_regex import unexpanded_reached
+from product.runtime.lazy import LazyGuide
+
+__all__ = ["PushdownGuide"]
+
+
+class PushdownGuide(LazyGuide):
+    """Masks of the canonical tokenizations of a recursive grammar's strings (a ``Guide``: states ``node *
+    num_merge_classes + merge_class``, nodes built on first visit, as ``LazyGuide``'s)."""
+
+    def __init__(self, automaton: CallAutomaton, canonical: CanonicalAutomaton, *, eos_token_ids=None,
+                 cache_size: int = 4096, name: str = "", max_items: int = 100_000):
+        self._max_items = max_items
+        super().__init__(automaton, canonical, eos_token_ids=eos_token_ids, cache_size=cache_size, name=name)
+
+    def _init_constraint(self, automaton: CallAutomaton, ends, exit_live) -> int:
+        if ends is not None or exit_live is not None:
+            raise ValueError("a grammar's guide has no fragment exits")
+        self._dfa, self._exit_live = None, None
+        self._configs = Configurations(automaton, max_items=self._max_items)
+        self._first, self._anything, self._nullable = call_summaries(automaton, self._canonical)
+        self._after_hash = after_hash_states(self._canonical)
+        S = self._first.shape[1]
+        final = int(sum(1 << m for m in np.flatnonzero(self._canonical.marked_final[:S])))
+        self._complete, self._complete_first = [final], [0]  # per stack id (0: the empty stack)
+        self._break_rows = np.zeros((0, self._num_open), dtype=bool)
+        self._sync()
+        return self._configs.start
+
+    # ---- the growing constraint ---------------------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Boundary tests of the configurations met since the last call, and the views ``LazyGuide`` reads."""
+        configs = self._configs
+        n, done = len(configs), len(self._break_rows)
+        self._stack_sets()
+        if n > done:
+            rows = np.zeros((n - done, self._num_open), dtype=bool)
+            for i, config in enumerate(range(done, n)):
+                rows[i] = (self._after_hash & np.uint64(self._first_sets(config))) != 0
+            self._break_rows = np.concatenate([self._break_rows, rows])
+        self._table = configs.table[:n]
+        self._accepting = configs.accepting[:n]
+        self._break = self._break_rows
+
+    def _stack_sets(self) -> None:
+        """``_complete`` and ``_complete_first`` of the stacks made since the last call (a stack's parent is always
+        older than it)."""
+        configs, anything, first, nullable = self._configs, self._anything, self._first, self._nullable
+        for stack in range(len(self._complete), len(configs.stack_return)):
+            r, parent = configs.stack_return[stack], configs.stack_parent[stack]
+            below = np.uint64(self._complete[parent])
+            self._complete.append(_bits((anything[r] & below) != 0))
+            self._complete_first.append(_bits((first[r] & below) != 0)
+                                        | (self._complete_first[parent] if nullable[r] else 0))
+
+    def _first_sets(self, config: int) -> int:
+        """Bits of the marked states from which some non-empty completion of the configuration, starting with a
+        character, ends the text in a final state."""
+        states, stacks = self._configs.items(config)
+        below = np.array([self._complete[k] for k in stacks.tolist()], dtype=np.uint64)
+        out = _bits(((self._first[states] & below[:, None]) != 0).any(axis=0))
+        for s, k in zip(states.tolist(), stacks.tolist()):
+            if self._nullable[s]:
+                out |= self._complete_first[k]
+        return out
+
+    def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        if q not in self._state_rows:
+            configs = self._configs
+            configs.expand([q])
+            self._sync()
+            while True:
+                missing = unexpanded_reached(self._table, configs.expanded, self._trie, q)
+                if not len(missing):
+                    break
+                configs.expand(missing.tolist())
+                self._sync()
+        return super()._row(q)
+
+    def _compile_whole(self) -> None:
+        raise StateLimitError(f"{self.name or 'the grammar'}: deciding whether a token keeps the text completable "
+                              "needs a search inside one pre-tokenizer piece past its bound (a grammar that forces a "
+                              "long run of text with no piece boundary)")
+
+    @property
+    def num_configurations(self) -> int:
+        """Configurations of the grammar met so far."""
+        return len(self._configs)
+
+
+def _bits(flags: np.ndarray) -> int:
+    return int(sum(1 << int(m) for m in np.flatnonzero(flags)))
