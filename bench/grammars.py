@@ -1,17 +1,18 @@
-"""Grammars: canonmerge beside llguidance and XGrammar on llama.cpp's example grammars and two Lark grammars.
+"""Grammars: canonmerge beside llguidance and XGrammar on llama.cpp's example grammars and three Lark grammars.
 
 For each tokenizer (GPT-2, Llama-3) and grammar — llama.cpp's eight examples (``grammars/*.gbnf`` from the pinned
-llama-cpp-python sdist: arithmetic, c, chess, english, japanese, json, json_arr, list) and two of ours in Lark (a
-function-call format, a SQL ``SELECT`` subset) — every engine compiles the grammar (tokenizer-level setup outside
+llama-cpp-python sdist: arithmetic, c, chess, english, japanese, json, json_arr, list) and three of ours in Lark (a
+function-call format, a SQL ``SELECT`` subset, a calculator with parentheses) — every engine compiles the grammar (tokenizer-level setup outside
 the timing), then walks the runtime's own encoding of a few strings of the grammar (drawn by
 ``automata.grammar.sample`` with fixed seeds, the same for every engine) plus the final EOS step, filling one
 next-token bitmask per step (timed) and advancing by each token. Reported per engine and tokenizer: compile p50,
 mask mean/p50/p99, and the share of steps whose mask allows exactly one token (a forced token: canonmerge skips
 the forward pass there). Every statistic is the median over ``--repeats`` fresh compiles.
 
-canonmerge compiles the grammars whose language is regular and refuses the others (``UnsupportedGrammarError``:
-recursion a regex cannot express) — reported as refused, with the rule; the row "canonmerge, bounded" compiles those
-with an opt-in depth bound (``max_depth``: arithmetic 4, json and json_arr 6, c 2), a smaller language than the
+canonmerge compiles every grammar: a regular one through its regex, a recursive one (arithmetic, c, json, json_arr,
+the Lark calculator) as a ``PushdownGuide`` built on first visit, so its mask times include the first visits of the
+parser configurations the walks meet; the row "canonmerge, bounded" compiles the recursive ones instead with an
+opt-in depth bound (``max_depth``: arithmetic 4, json and json_arr 6, c 2, calc 8), a smaller language than the
 peers' (the walks' strings are shallow enough for it). The peers take GBNF (llguidance through its
 GBNF-to-Lark converter, XGrammar as EBNF) and Lark (llguidance; XGrammar has no Lark front end: n/a). A peer that
 rejects a walk is reported with the failure: llguidance's GBNF converter makes rules greedy lexemes, which changes
@@ -75,11 +76,23 @@ NAME: /[a-z][a-z0-9_]*/
 """
 
 
+CALC = r"""
+?start: sum
+?sum: sum "+" product | sum "-" product | product
+?product: product "*" atom | product "/" atom | atom
+?atom: NUMBER | "-" atom | NAME | "(" sum ")"
+NAME: /[a-z_][a-z_0-9]*/
+%import common.NUMBER
+%import common.WS_INLINE
+%ignore WS_INLINE
+"""
+
+
 def grammars() -> list[tuple[str, str, str]]:
     """(name, syntax, text) of every grammar benchmarked."""
     out = [(name, "gbnf", asset_path(f"grammars/{name}.gbnf").read_text(encoding="utf-8"))
            for name in sorted(LLAMA_CPP_GRAMMARS)]
-    return out + [("call (lark)", "lark", CALL), ("select (lark)", "lark", SELECT)]
+    return out + [("call (lark)", "lark", CALL), ("select (lark)", "lark", SELECT), ("calc (lark)", "lark", CALC)]
 
 
 def instances(syntax: str, text: str, runtime, count: int = 6) -> list[list[int]]:
@@ -197,7 +210,7 @@ class CanonmergeBounded(Canonmerge):
     """canonmerge on the recursive grammars with a depth bound (opt-in ``max_depth``): exact for the strings nested at
     most that deep (JSON: three levels of braces), which is a smaller language than the peers'."""
     name = "canonmerge, bounded"
-    depths = {"arithmetic": 4, "json": 6, "json_arr": 6, "c": 2}
+    depths = {"arithmetic": 4, "json": 6, "json_arr": 6, "c": 2, "calc (lark)": 8}
 
     def compile(self, syntax: str, text: str, name: str = ""):
         if name not in self.depths:

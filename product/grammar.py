@@ -1,16 +1,15 @@
-"""``compile_grammar``: a GBNF or Lark grammar's guide, exact and dead-end free, for the grammars whose language is
-regular.
+"""``compile_grammar``: a GBNF or Lark grammar's guide, exact and dead-end free, recursion included.
 
-The grammar is read into ``automata.grammar``'s IR and written as one regex (``automata.grammar.regular``: rules
-without recursion inlined, right- and left-linear cycles solved), which ``product.compile_regex`` compiles like any other:
-the guide allows exactly the canonical tokenizations of the grammar's strings, and every allowed token keeps the
-text completable. A grammar with any other recursion (``"(" expr ")"``, JSON's nesting) is refused with
-``automata.grammar.UnsupportedGrammarError`` (construct "recursion", the rule and its line): its language may not
-be regular, and a guide here is an automaton — unless the caller asks for a depth bound (``max_depth``): then the
-strings nested at most that deep, exactly. Never loosened, never unrolled to a silent depth.
+The grammar is read into ``automata.grammar``'s IR. Where its language is regular (no recursion, or recursion only
+at the end or only at the start of its rules), it is written as one regex (``automata.grammar.regular``), which
+``product.compile_regex`` compiles like any other. Other recursion (``"(" expr ")"``, JSON's nesting) gives a
+``PushdownGuide`` (``product.runtime.pushdown``): the recursive rules as byte automata calling each other
+(``automata.grammar.pushdown``), the guide built over the configurations a generation meets. Never loosened, never
+unrolled to a silent depth: a depth bound is the caller's opt-in (``max_depth``: the strings nested at most that
+deep, as a regex).
 
-Leaves out: reading the syntaxes (``automata.grammar``), and recursive grammars (docs/design.md, "Grammars", says
-what a construction for them takes).
+Leaves out: reading the syntaxes (``automata.grammar``), left recursion through other rules (refused, as llama.cpp
+refuses it), recursive grammars for any-tokenization masks or tokenizers without pre-tokenizer splits (refused).
 """
 
 from __future__ import annotations
@@ -43,14 +42,16 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
     ``start`` (default: GBNF's ``root``, Lark's ``start``), tokenized canonically for ``canonical``'s tokenizer
     (any tokenization with ``canonical_only=False``) and ended by ``eos_token_ids`` (default: the tokenizer's EOS).
 
-    ``max_depth`` (opt-in; default None refuses): a grammar whose recursion a regex cannot express compiles to the
-    strings whose derivations nest at most ``max_depth`` recursive references (``automata.grammar.regular.to_regex``;
-    JSON's ``value -> object -> value`` is two per level of braces); deeper nesting is then not accepted, and the
-    guide is exact for that smaller language. ``lazy``: as ``compile_regex``'s (built as it is walked).
+    A grammar whose recursion a regex cannot express compiles to a ``PushdownGuide`` (any depth, built as it is
+    walked). ``max_depth`` (opt-in) compiles such a grammar instead to the strings whose derivations nest at most
+    ``max_depth`` recursive references (``automata.grammar.regular.to_regex``; JSON's ``value -> object -> value``
+    is two per level of braces); deeper nesting is then not accepted, and the guide is exact for that smaller
+    language. ``lazy``: as ``compile_regex``'s, for a regular grammar (a recursive one is always built so).
 
     Errors: ``automata.grammar.GrammarSyntaxError``, ``UndefinedRuleError`` and ``UnsupportedGrammarError`` (all
-    ``GrammarError``, a ``CanonmergeError``, with ``construct``, ``line``, ``column``), the last also for recursion
-    a regex cannot express; then ``compile_regex``'s (``EmptyLanguageError``, ``StateLimitError``,
+    ``GrammarError``, a ``CanonmergeError``, with ``construct``, ``line``, ``column``), the last also for left
+    recursion and for a recursive grammar with ``canonical_only=False`` or a tokenizer without pre-tokenizer
+    splits; then ``compile_regex``'s (``EmptyLanguageError``, ``StateLimitError``,
     ``CompileBudgetError`` past ``budget``, ``bpe.MissingEOSError``).
     """
     grammar = parse_grammar(text, syntax, start)

@@ -9,7 +9,7 @@ DFA over bytes whose marker edges are kept aside as *calls* (state s, callee rul
 A *configuration* is what the text so far can be in: a set of items (state, stack), a stack being the return
 states of the rules called and not finished (``Configurations`` interns stacks as (return state, parent) pairs,
 stack 0 empty). It is closed under calls (an item at a state with a call to k also stands at k's start, its stack
-pushed with the return state) and returns (an item at an accepting state of a called rule stands at the return
+pushed with the return state, unless that state only returns: a tail call pushes nothing) and returns (an item at an accepting state of a called rule stands at the return
 state on top of its stack, popped); of the closure only the items that read a byte are kept, and whether one sits
 at an accepting state of the root with an empty stack — where the text may end. ``Configurations`` numbers
 configurations as they are met and fills a configuration's row over the 256 bytes on request (``expand``): a
@@ -190,9 +190,14 @@ class Configurations:
         self._calls_at: dict[int, list[tuple[int, int]]] = {}
         for s, k, r in automaton.calls.tolist():
             self._calls_at.setdefault(s, []).append((int(automaton.rule_start[k]), r))
+        # A call whose return state only returns (accepting, reading nothing, calling nothing) pushes nothing: the
+        # callee's return is its caller's (``"-" factor`` read 64 times in one token stays one frame deep)
+        self._only_returns = automaton.accepting & ~self._reads
+        self._only_returns[list(self._calls_at)] = False
         self.stack_return, self.stack_parent = [-1], [-1]
         self._stack_ids: dict[tuple[int, int], int] = {}
         self._ids: dict[tuple, int] = {}
+        self._closures: dict[tuple[int, int], tuple[frozenset, bool]] = {}
         self._items: list[tuple[np.ndarray, np.ndarray]] = []
         self.table = np.full((64, 256), MISSING, dtype=np.int32)
         self.accepting = np.zeros(64, dtype=bool)
@@ -222,33 +227,48 @@ class Configurations:
             self.stack_parent.append(stack)
         return i
 
+    def _closure(self, s: int, stack: int) -> tuple[frozenset, bool]:
+        """(items that read a byte, whether the root may end) of the closure of one item, computed once."""
+        key = (s, stack)
+        found = self._closures.get(key)
+        if found is None:
+            accepting_states = self.automaton.accepting
+            seen, todo = {key}, [key]
+            while todo:
+                s, stack = todo.pop()
+                more = [(start, stack if self._only_returns[r] else self._push(stack, r))
+                        for start, r in self._calls_at.get(s, ())]
+                if accepting_states[s] and stack:
+                    more.append((self.stack_return[stack], self.stack_parent[stack]))
+                for pair in more:
+                    if pair not in seen:
+                        seen.add(pair)
+                        todo.append(pair)
+                if len(seen) > self.max_items:
+                    raise StateLimitError(f"a configuration of the grammar holds more than {self.max_items} items "
+                                          "(an ambiguous grammar: the same text parsed in ever more ways)")
+            ends = any(accepting_states[s] and not stack for s, stack in seen)
+            found = self._closures[key] = (frozenset(p for p in seen if self._reads[p[0]]), ends)
+        return found
+
     def _intern(self, pairs) -> int:
         """The configuration of the closure of (state, stack) ``pairs``, numbered on first sight; MISSING if it
         reads nothing and cannot end (a dead text)."""
-        accepting_states = self.automaton.accepting
-        found, todo = set(pairs), list(pairs)
-        while todo:
-            s, stack = todo.pop()
-            more = [(start, self._push(stack, r)) for start, r in self._calls_at.get(s, ())]
-            if accepting_states[s] and stack:
-                more.append((self.stack_return[stack], self.stack_parent[stack]))
-            for pair in more:
-                if pair not in found:
-                    found.add(pair)
-                    todo.append(pair)
-            if len(found) > self.max_items:
-                raise StateLimitError(f"a configuration of the grammar holds more than {self.max_items} items (an "
-                                      "ambiguous grammar: the same text parsed in ever more ways)")
-        ends = any(accepting_states[s] and not stack for s, stack in found)
-        kept = sorted((s, stack) for s, stack in found if self._reads[s])
+        closures = [self._closure(s, stack) for s, stack in pairs]
+        kept = frozenset().union(*(c[0] for c in closures))
+        ends = any(c[1] for c in closures)
+        if len(kept) > self.max_items:
+            raise StateLimitError(f"a configuration of the grammar holds more than {self.max_items} items (an "
+                                  "ambiguous grammar: the same text parsed in ever more ways)")
         if not kept and not ends:
             return MISSING
-        key = (ends, *kept)
+        key = (ends, kept)
         config = self._ids.get(key)
         if config is None:
             config = self._ids[key] = len(self._items)
-            self._items.append((np.array([s for s, _ in kept], dtype=np.int64),
-                                np.array([k for _, k in kept], dtype=np.int64)))
+            items = sorted(kept)
+            self._items.append((np.array([s for s, _ in items], dtype=np.int64),
+                                np.array([k for _, k in items], dtype=np.int64)))
             if config == len(self.table):
                 grow = len(self.table)
                 self.table = np.concatenate([self.table, np.full((grow, 256), MISSING, dtype=np.int32)])

@@ -96,15 +96,50 @@ def call_regexes(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH) -> tup
         try:
             writer.solve(members)
         except UnsupportedGrammarError:
-            if len(bodies) + len(members) > MAX_CALL_RULES:
+            calls, inlined = _call_rules(grammar, members)
+            if len(bodies) + len(calls) > MAX_CALL_RULES:
                 raise UnsupportedGrammarError(f"more than {MAX_CALL_RULES} recursive rules",
                                               construct="recursion") from None
-            for name in members:
+            for name in calls:
                 writer.done[name] = call_marker(len(bodies))
                 bodies[name] = ""
-            for name in members:
+            for name in inlined:
+                writer.done[name] = writer.write(grammar.rules[name].body)
+            for name in calls:
                 bodies[name] = writer.write(grammar.rules[name].body)
     return writer.done[grammar.start], bodies
+
+
+_INLINED_LENGTH = 50_000  # a cycle's rules inlined between its call rules past this many characters: all called
+
+
+def _call_rules(grammar: Grammar, members: list[str]) -> tuple[list[str], list[str]]:
+    """Which rules of a cycle become call rules, and the others in the order to write them (dependencies first):
+    few call rules mean short stacks, so few distinct configurations. Greedily, the member with the most recursive
+    references in and out (in x out) becomes a call rule until the rest refer to one another without a cycle
+    (JSON's object/value/array: value alone; llama.cpp's C expressions: factor alone). Where writing the rest out
+    would grow past ``_INLINED_LENGTH`` characters (a rule referenced many times, each copy inlined), every member is
+    a call rule instead."""
+    graph = nx.DiGraph()
+    graph.add_nodes_from(members)
+    graph.add_edges_from((name, ref.name) for name in members for ref in references(grammar.rules[name].body)
+                         if ref.name in graph)
+    calls: list[str] = []
+    rest = graph.copy()
+    while not nx.is_directed_acyclic_graph(rest):
+        cyclic = {n for component in nx.strongly_connected_components(rest) for n in component
+                  if len(component) > 1 or rest.has_edge(n, n)}
+        best = max(sorted(cyclic, key=members.index), key=lambda n: rest.in_degree(n) * rest.out_degree(n))
+        calls.append(best)
+        rest.remove_node(best)
+    inlined = list(reversed(list(nx.topological_sort(rest))))
+    sizes: dict[str, int] = {}
+    for name in inlined:  # (an upper bound on each written rule's length: its own text plus its references')
+        sizes[name] = len(str(grammar.rules[name].body)) + sum(sizes.get(ref.name, 0)
+                                                             for ref in references(grammar.rules[name].body))
+        if sizes[name] > _INLINED_LENGTH:
+            return list(members), []
+    return sorted(calls, key=members.index), inlined
 
 
 MAX_CALL_RULES = 512
