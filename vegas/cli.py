@@ -40,6 +40,8 @@ from pathlib import Path
 import product
 import vegas
 from automata import CanonmergeError, from_regex, write_dot
+from automata.grammar import UnsupportedGrammarError, parse_grammar
+from automata.grammar.pushdown import call_automaton
 from bpe import compile_tokenizer, load_tokenizer
 from bpe.assets import DEFAULT_TOKENIZER, TOKENIZERS, asset_path, reference_runtime, tokenizer_source
 from bpe.automaton import cache_path
@@ -251,7 +253,12 @@ def _constraint(args: argparse.Namespace):
     if args.grammar is not None:
         text, syntax = _read_text(args.grammar, "grammar"), _grammar_syntax(args.grammar, args.syntax)
         depth = args.max_depth
-        product.grammar_regex(text, syntax=syntax, max_depth=depth)  # a bad or (unbounded) recursive grammar fails
+        try:  # a bad grammar fails here, before any slow step
+            product.grammar_regex(text, syntax=syntax, max_depth=depth)
+        except UnsupportedGrammarError as exc:
+            if exc.construct != "recursion":
+                raise
+            call_automaton(parse_grammar(text, syntax))  # recursive: its call automaton (left recursion fails)
         return lambda canonical, canonical_only: product.compile_grammar(
             text, canonical, syntax=syntax, max_depth=depth, canonical_only=canonical_only, lazy=lazy and canonical_only)
     if args.syntax is not None or args.max_depth is not None:
@@ -477,11 +484,11 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--regex-file", metavar="FILE", help="read the regular expression from a file")
     what.add_argument("--schema", metavar="FILE", help="the output is an instance of this JSON Schema file")
     what.add_argument("--grammar", metavar="FILE", help="the output is a string of this grammar (GBNF or Lark; "
-                      "regular ones: recursive grammars are refused)")
+                      "recursion at any depth)")
     gen.add_argument("--syntax", choices=("gbnf", "lark"), help="with --grammar: its syntax (default: from the "
                      "file's extension, .gbnf or .lark)")
     gen.add_argument("--max-depth", type=int, metavar="N", help="with --grammar: accept recursion nested at most N "
-                     "references deep (opt-in; without it, recursion a regex cannot express is refused)")
+                     "references deep only, compiled as a regex (opt-in)")
     gen.add_argument("--format", choices=("json", "yaml"), help="with --schema: write JSON or YAML (default json)")
     gen.add_argument("--model", metavar="PATH", help="a .gguf file or a transformers directory "
                      "(default: SmolLM2-135M-Instruct, fetched on first use)")

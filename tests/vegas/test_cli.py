@@ -21,6 +21,8 @@ import pytest
 import yaml
 
 from automata import from_regex
+from automata.grammar import Recognizer, parse_grammar
+from bpe.assets import asset_path
 from tests.support import runtime_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -165,3 +167,18 @@ def test_graph_paths_are_exactly_the_canonical_tokenizations(tmp_path, pattern):
         assert data["text"] == runtime.decode([int(data["token_id"])])
     assert f"{graph.number_of_nodes()} states, {graph.number_of_edges()} token edges, {len(strings)} token sequences" \
         in done.stdout
+
+
+def test_generate_writes_a_recursive_grammars_text_canonically():
+    """llama.cpp's json.gbnf (recursive: a guide over its parser configurations) through the command line and a real
+    model: the text parses as JSON, the grammar's recogniser accepts it, and its tokens are the runtime's."""
+    grammar = asset_path("grammars/json.gbnf")
+    done = canonmerge("generate", "--grammar", str(grammar), "--chat", "--max-tokens", "200", "--print-json",
+                      "Describe a cat as a JSON object with a name and a list of two toys.")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    text, ids = report["text"], report["token_ids"]
+    assert report["finished"] is True and report["canonical"] is True
+    assert isinstance(json.loads(text), dict)
+    assert Recognizer(parse_grammar(grammar.read_text(encoding="utf-8"))).accepts(text), text
+    assert runtime_of("smollm2").encode(text, add_special_tokens=False).ids == ids
