@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from automata.budget import CompileBudget, running
 from automata.grammar import UnsupportedGrammarError, parse_grammar
-from automata.grammar.pushdown import call_automaton
+from automata.grammar.pushdown import call_automaton, call_automaton_of
 from automata.grammar.regular import to_regex
 from bpe.automaton import CanonicalAutomaton
 from product.compile import compile_regex
@@ -25,7 +25,7 @@ from product.runtime.guide import Guide
 from product.runtime.lazy import LazyGuide
 from product.runtime.pushdown import PushdownGuide
 
-__all__ = ["compile_grammar", "grammar_regex"]
+__all__ = ["compile_grammar", "grammar_regex", "compile_call_regexes"]
 
 
 def grammar_regex(text: str, *, syntax: str = "gbnf", start: str | None = None, max_depth: int | None = None) -> str:
@@ -66,6 +66,22 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
     return compile_regex(regex, canonical, canonical_only=canonical_only, max_states=max_states,
                          cache_size=cache_size, eos_token_ids=eos_token_ids,
                          name=name, budget=budget, lazy=lazy)
+
+
+def compile_call_regexes(root: str, bodies: dict[str, str], canonical: CanonicalAutomaton, *,
+                         eos_token_ids=None, max_states: int = 100_000, cache_size: int = 4096,
+                         name: str = "") -> PushdownGuide:
+    """The ``PushdownGuide`` of regexes that call rules (``automata.grammar.pushdown.call_automaton_of``: ``root``,
+    and ``bodies`` whose k-th rule ``call_marker(k)`` calls) — what ``vegas`` compiles a recursive JSON Schema to.
+    Errors: as ``compile_grammar``'s for a recursive grammar (``UnsupportedGrammarError`` for a tokenizer without
+    pre-tokenizer splits or left recursion)."""
+    if not LazyGuide.helps(canonical):
+        raise UnsupportedGrammarError(
+            "recursion at any depth needs a tokenizer whose pre-tokenizer splits text into pieces (this one reads "
+            "the whole text as one piece, as SentencePiece BPE does)", construct="recursion")
+    guide_eos(canonical, eos_token_ids)
+    automaton = call_automaton_of(root, bodies, max_states=max_states)
+    return PushdownGuide(automaton, canonical, eos_token_ids=eos_token_ids, cache_size=cache_size, name=name)
 
 
 def _pushdown_guide(grammar, canonical: CanonicalAutomaton, refused: UnsupportedGrammarError, *,

@@ -28,6 +28,7 @@ one regex.
 from __future__ import annotations
 
 from automata.budget import running
+from automata.grammar import UnsupportedGrammarError
 from product import (
     CompileBudget,
     FragmentStore,
@@ -37,6 +38,7 @@ from product import (
     compile_stitched,
     default_library_dir,
 )
+from product.grammar import compile_call_regexes
 from vegas._gc_pause import gc_paused
 from vegas.errors import SchemaError, UnsupportedSchemaError
 from vegas.instances import format_instance
@@ -45,7 +47,7 @@ from vegas.schema import Compiler, schema_regex
 __all__ = ["compile_schema", "format_instance", "schema_regex", "SchemaError", "UnsupportedSchemaError"]
 
 
-def compile_schema(schema, canonical, *, style: str = "json", strict: bool = False, max_recursion: int = 3,
+def compile_schema(schema, canonical, *, style: str = "json", strict: bool = False, max_recursion: int | None = 3,
                    any_depth: int = 2, canonical_only: bool = True, max_states: int = 100_000,
                    max_transitions: int = 50_000_000, cache_size: int = 4096, eos_token_ids: list[int] | None = None,
                    library_dir=None, budget: CompileBudget | None = None, lazy: bool = False):
@@ -54,7 +56,10 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
 
     ``schema``: a dict, a JSON string, or a class with ``model_json_schema()`` (pydantic). ``strict``: an object
     without ``additionalProperties`` admits no other keys (the standard admits any). ``max_recursion``: how many
-    times a recursive ``$ref`` is unrolled. ``any_depth``: how deep values of ``true`` schemas nest. The other
+    times a recursive ``$ref`` is unrolled; ``None`` (JSON): any depth, the recursive targets compiled as rules that
+    call each other (a ``product.PushdownGuide``, built as it is walked; not stitched from the library). The bounded
+    default stays: its guide is stitched from cached fragments and its masks are compiled rows, where a pushdown
+    guide's first visit to each parser configuration costs milliseconds (docs/schemas.md). ``any_depth``: how deep values of ``true`` schemas nest. The other
     options (``eos_token_ids`` among them) are ``product.compile_regex``'s.
 
     The guide is stitched from fragments (``product.compile_stitched``) kept in memory and in the on-disk library
@@ -90,6 +95,21 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
 def _compile_schema(schema, canonical, *, style, strict, max_recursion, any_depth, library_dir, options):
     title = schema.get("title", "schema") if isinstance(schema, dict) else "schema"
     options = dict(options, name=f"{title} ({style})")
+    if max_recursion is None:
+        compiler = Compiler.load(schema, style, strict=strict, max_recursion=None, any_depth=any_depth)
+        root = compiler.document()
+        if compiler.calls:  # recursive: its targets called at any depth
+            if not options["canonical_only"]:
+                raise UnsupportedSchemaError("recursion at any depth (max_recursion=None) gives canonical masks only",
+                                             keyword="$ref", pointer=next(iter(compiler.calls)))
+            try:
+                return compile_call_regexes(root, compiler.call_bodies(), canonical,
+                                            eos_token_ids=options["eos_token_ids"], max_states=options["max_states"],
+                                            cache_size=options["cache_size"], name=options["name"])
+            except UnsupportedGrammarError as exc:  # (no pre-tokenizer splits; a $ref that recurses before text)
+                raise UnsupportedSchemaError(f"{exc}; pass max_recursion=N", keyword="$ref",
+                                             pointer=next(iter(compiler.calls))) from None
+        max_recursion = 3  # (no recursion: the stitched guide, as for any schema)
     store = None if library_dir is False else FragmentStore(library_dir or default_library_dir())
     # "anything" values as leaves (each compiles once) and the byte-pair cuts first; in YAML, where a fragment
     # is then too long to write (a nested block on Llama-3, whose line breaks share tokens with the indentation),

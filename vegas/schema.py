@@ -35,6 +35,7 @@ are not excluded (no regular language can).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from automata import RegexError, StateLimitError, from_regex
+from automata.grammar.regular import call_marker
 from automata.regions import regions
 from product import PLACEHOLDERS, StitchError
 from vegas import lexical
@@ -90,6 +92,7 @@ class Alternative:
     pointer: str
     types: tuple[str, ...]
     stack: tuple[str, ...] = field(default=())
+    call: str | None = None  # (``max_recursion=None``) a recursive ``$ref`` to this pointer: its rule is called
 
 
 def _union(parts) -> str | None:
@@ -123,7 +126,7 @@ def _ordered(entries: list[tuple[str, bool]], extra: str | None, sep: str) -> tu
 class Compiler:
     """Walks one schema (the root of every ``$ref``) in one style. Regexes are memoised per (node, position)."""
 
-    def __init__(self, root, style: str = "json", *, strict: bool = False, max_recursion: int = 3,
+    def __init__(self, root, style: str = "json", *, strict: bool = False, max_recursion: int | None = 3,
                  any_depth: int = 2, leaves: bool = False, any_leaf: bool = True):
         if style not in ("json", "yaml"):
             raise ValueError(f"style must be 'json' or 'yaml', not {style!r}")
@@ -132,6 +135,8 @@ class Compiler:
         self.root, self.style, self.strict = root, style, strict
         self.max_recursion, self.any_depth = max_recursion, any_depth
         self._memo: dict = {}
+        # max_recursion=None: recursive $ref targets called, not unrolled (pointer -> (schema, JSON types))
+        self.calls: dict[str, tuple] = {}
         # leaves=True: scalar values and free keys are written as placeholder characters standing for their
         # regexes (``self.leaves``), so the regex left is the literal structure: the skeleton product.stitched cuts.
         self.leaves: dict[str, str] | None = {} if leaves else None
@@ -228,10 +233,12 @@ class Compiler:
         schema = dict(schema)
         if "$ref" in schema:
             target, target_pointer = self.resolve_ref(schema.pop("$ref"), pointer)
-            if stack.count(target_pointer) >= self.max_recursion:
+            rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
+            if self.max_recursion is None and target_pointer in stack:
+                return [self._call(target, target_pointer, pointer, stack, rest)]
+            if self.max_recursion is not None and stack.count(target_pointer) >= self.max_recursion:
                 return []  # recursion unrolled max_recursion times: deeper instances are not generated
             stack = stack + (target_pointer,)
-            rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
             if not rest:
                 return self.alternatives(target, target_pointer, stack)
             schema = {"allOf": [target, rest], **{k: v for k, v in schema.items() if k in ANNOTATIONS}}
@@ -281,6 +288,39 @@ class Compiler:
                         return exclusive
                 return alts
         return [Alternative(schema, pointer, self._types(schema, pointer), stack)]
+
+    def _call(self, target, target_pointer: str, pointer: str, stack: tuple, rest: dict) -> Alternative:
+        """A recursive ``$ref`` with ``max_recursion=None``: an alternative that calls the target's rule (its regex
+        written once, ``call_bodies``), typed with the target's types (every type while they are being found)."""
+        if self.style != "json":
+            raise UnsupportedSchemaError("recursion at any depth (max_recursion=None) is for JSON: a YAML block's "
+                                         "indentation grows with its depth; pass max_recursion=N", keyword="$ref",
+                                         pointer=pointer)
+        if rest:
+            raise UnsupportedSchemaError(f"a recursive $ref beside {sorted(rest)} with max_recursion=None (the "
+                                         "rule would have to be intersected); pass max_recursion=N",
+                                         keyword="$ref", pointer=pointer)
+        if target_pointer not in self.calls:
+            self.calls[target_pointer] = (target, TYPES)
+            inner = (target_pointer,)
+            types = tuple(dict.fromkeys(t for alt in self.alternatives(target, target_pointer, inner)
+                                        for t in alt.types))
+            self.calls[target_pointer] = (target, types)
+        return Alternative({}, target_pointer, self.calls[target_pointer][1], stack, call=target_pointer)
+
+    def call_bodies(self) -> dict[str, str]:
+        """(``max_recursion=None``) the regex of each called ``$ref`` target, its own recursive references calls
+        (``automata.grammar.regular.call_marker``; the k-th target's marker is ``call_marker(k)``), in that order;
+        writing one may call more targets, written too."""
+        bodies: dict[str, str] = {}
+        while len(bodies) < len(self.calls):
+            target_pointer = list(self.calls)[len(bodies)]
+            target = self.calls[target_pointer][0]
+            regex = self.value(target, target_pointer, TOP, (target_pointer,))
+            if regex is None:
+                raise SchemaError("no instance satisfies the schema", pointer=target_pointer)
+            bodies[target_pointer] = regex
+        return bodies
 
     def _dependent(self, schema: dict, keyword: str, pointer: str, stack: tuple) -> list[Alternative]:
         """``dependencies`` / ``dependentRequired`` / ``dependentSchemas``, one key k at a time, as a union: the
@@ -435,6 +475,14 @@ class Compiler:
 
     def _merge(self, a: Alternative, b: Alternative) -> Alternative | None:
         """The alternative satisfying both (None if none can), for allOf and for distributing anyOf/oneOf."""
+        if a.call is not None or b.call is not None:  # a called rule merges only with a choice of types
+            call, other = (a, b) if a.call is not None else (b, a)
+            if other.call is not None or any(k not in ANNOTATIONS and k != "type" for k in other.schema):
+                raise UnsupportedSchemaError("a recursive $ref combined with other keywords (allOf, or the "
+                                             "keywords beside anyOf/oneOf) with max_recursion=None; pass "
+                                             "max_recursion=N", keyword="$ref", pointer=call.pointer)
+            types = tuple(t for t in call.types if t in other.types)
+            return dataclasses.replace(call, types=types) if types else None
         sa, sb = a.schema, b.schema
         types = [t for t in a.types if t in b.types or (t == "integer" and "number" in b.types)] + \
             [t for t in b.types if t == "integer" and "number" in a.types and t not in a.types]
@@ -584,6 +632,8 @@ class Compiler:
         return [p if not isinstance(p, list) else p[0] + self.leaf(_union(p[1:])) for p in out]
 
     def typed(self, alt: Alternative, type_: str, pos: Position) -> str | None:
+        if alt.call is not None:  # (every type of a called rule: one call)
+            return call_marker(list(self.calls).index(alt.call))
         s, p = alt.schema, alt.pointer
         if "enum" in s or "const" in s:
             return self._enum(alt, type_, pos)

@@ -42,7 +42,7 @@ from automata.grammar.ir import Grammar, UnsupportedGrammarError
 from automata.grammar.regular import call_marker, call_regexes, is_call_marker
 from automata.regex import _interegular_char_dfa, shown, utf8_dfa
 
-__all__ = ["CallAutomaton", "Configurations", "call_automaton"]
+__all__ = ["CallAutomaton", "Configurations", "call_automaton", "call_automaton_of"]
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,14 @@ def call_automaton(grammar: Grammar, *, max_states: int = 100_000) -> CallAutoma
     root, bodies = call_regexes(grammar)
     if not bodies:
         return None
+    return call_automaton_of(root, bodies, max_states=max_states, rules=grammar.rules)
+
+
+def call_automaton_of(root: str, bodies: dict[str, str], *, max_states: int = 100_000, rules=None) -> CallAutomaton:
+    """The call automaton of regexes written as ``regular.call_regexes`` writes them: ``root`` and each rule's
+    body, where ``call_marker(k)`` calls the k-th rule of ``bodies`` (``vegas`` writes recursive JSON Schemas so).
+    Errors: ``UnsupportedGrammarError`` (left recursion, naming the rule and its line where ``rules`` has it),
+    ``StateLimitError``, ``RegexError``."""
     names = ("<start>", *bodies)
     tables, accepting, starts, calls = [], [], [], []
     offset = 0
@@ -87,7 +95,7 @@ def call_automaton(grammar: Grammar, *, max_states: int = 100_000) -> CallAutoma
     dfa = DFA(np.concatenate(tables), np.concatenate(accepting), starts[0], Alphabet.bytes())
     calls_array = np.array(sorted(calls), dtype=np.int64).reshape(-1, 3)
     automaton = CallAutomaton(dfa, calls_array, np.array(starts, dtype=np.int64), names)
-    _refuse_left_recursion(automaton, grammar)
+    _refuse_left_recursion(automaton, rules or {})
     return automaton
 
 
@@ -134,7 +142,7 @@ def _markers_unmatched(tree, markers: frozenset, pattern: str, flags: REFlags = 
                                   construct="lookaround")
 
 
-def _refuse_left_recursion(automaton: CallAutomaton, grammar: Grammar) -> None:
+def _refuse_left_recursion(automaton: CallAutomaton, rules) -> None:
     """Refuse a rule that can call itself before reading a byte (directly or through other rules): the closure of
     a configuration would push forever."""
     accepting, calls, starts = automaton.accepting, automaton.calls, automaton.rule_start
@@ -165,7 +173,7 @@ def _refuse_left_recursion(automaton: CallAutomaton, grammar: Grammar) -> None:
             j = stack.pop()
             if j == k:
                 name = automaton.rule_names[k]
-                rule = grammar.rules.get(name)
+                rule = rules.get(name)
                 raise UnsupportedGrammarError(
                     f"rule {name!r} is left-recursive (it can refer to itself before any text): not supported, as in "
                     "llama.cpp; write the repetition with * or +", construct="left recursion",
@@ -283,8 +291,17 @@ class Configurations:
             if self.expanded[config]:
                 continue
             states, stacks = self._items[config]
-            targets = self._transitions[states]  # [items, 256]
-            columns, inverse = np.unique(targets, axis=1, return_inverse=True)
+            targets = self._transitions[states]  # [items, 256]: the bytes that step every item alike, grouped
+            if not len(states):  # (the text can only end here)
+                self.expanded[config] = True
+                continue
+            if len(states) == 1:
+                values, inverse = np.unique(targets[0], return_inverse=True)
+                columns = values[None, :]
+            else:
+                keys = np.ascontiguousarray(targets.T).view(np.dtype((np.void, 4 * len(states)))).ravel()
+                _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
+                columns = targets[:, first]
             row = np.empty(columns.shape[1], dtype=np.int32)
             for j in range(columns.shape[1]):
                 column = columns[:, j]
