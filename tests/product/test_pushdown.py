@@ -84,3 +84,39 @@ def test_masks_equal_the_depth_bounded_guide_where_no_token_reaches_the_bound(ca
             ids.append(token)
             p, b = pushdown.advance(p, token), bounded.advance(b, token)
     assert compared >= 50
+
+
+def test_a_pushdown_guide_pickles_mid_walk_and_serves_batches_with_other_guides():
+    """It is a ``Guide``: pickled with the configurations it has met, it goes on building the same masks; a
+    ``Matcher`` batch holds it beside a regex guide."""
+    import pickle
+
+    from product import Matcher, allocate_token_bitmask, compile_regex, fill_next_token_bitmasks
+
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    grammar = CASES["json"][0]
+    guide = compile_grammar(grammar, canonical)
+    text = '{"a": [1, {"b": [[], {"c": "d"}]}], "e": {"f": null}}'
+    ids = runtime.encode(text, add_special_tokens=False).ids
+    state = guide.initial_state
+    for token in ids[:6]:
+        state = guide.advance(state, token)
+    copy = pickle.loads(pickle.dumps(guide))
+    fresh = compile_grammar(grammar, canonical)
+    fresh_state = fresh.initial_state
+    for token in ids[:6]:
+        fresh_state = fresh.advance(fresh_state, token)
+    for token in ids[6:]:
+        assert (copy.allowed(state) == fresh.allowed(fresh_state)).all()
+        state, fresh_state = copy.advance(state, token), fresh.advance(fresh_state, token)
+    assert copy.is_accepting(state)
+    regex = compile_regex(r'\{"ok": (true|false)\}', canonical)
+    matchers = [Matcher(guide), Matcher(regex)]
+    for token in ids[:3]:
+        matchers[0].accept_token(token)
+    bitmask = allocate_token_bitmask(2, guide.vocab_size)
+    fill_next_token_bitmasks(matchers, bitmask)
+    for row, (g, m) in enumerate(zip([guide, regex], matchers)):
+        words = np.zeros(g.num_words, dtype=np.int32)
+        g.fill_bitmask([m.state], words[None, :])
+        assert np.array_equal(bitmask[row].numpy() if hasattr(bitmask, "numpy") else bitmask[row], words)
