@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 import threading
+from collections import OrderedDict
 
 import numpy as np
 
@@ -56,6 +57,7 @@ _X, _Y, _Z = 0, 1, 2  # how a candidate is allowed: always / iff not forbidden /
 # Pairs one search may leave undecided before the whole product is compiled instead (``_compile_whole``): a free
 # string's first node on Llama-3 leaves ~100; a region nothing settles leaves all of its pairs.
 _MAX_REGION = 4096
+_ROWS_KEPT = 64  # regex states' rows kept for reuse (``_row``)
 
 
 class LazyGuide(Guide):
@@ -86,7 +88,7 @@ class LazyGuide(Guide):
         self.name, self.canonical_only = name, True
         self._canonical = self._tokens = self._automaton = canonical
         self._trie = vocabulary_trie(canonical)
-        self._state_rows: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._state_rows: OrderedDict[int, tuple[np.ndarray, np.ndarray]] = OrderedDict()
         self._M, self._num_open = canonical.num_merge_classes, canonical.num_open_contexts
         start_state = self._init_constraint(dfa, ends, exit_live)
         self.vocab_size = canonical.vocab_size
@@ -147,6 +149,7 @@ class LazyGuide(Guide):
         arrays = [a for rows in self._node_rows.values() for a in rows]
         arrays += [a for rows in self._candidates.values() for a in rows]
         arrays += [a for rows in self._state_rows.values() for a in rows]
+        arrays += [a for descriptor, held in self._descriptors.values() for a in (descriptor, *held)]
         arrays += [self._table, self._break, *self._slabs, self._cache.record]
         return int(sum(a.nbytes for a in arrays))
 
@@ -233,11 +236,16 @@ class LazyGuide(Guide):
 
     def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         """The tokens regex state ``q`` reads (ascending) and the states they reach: one walk of the vocabulary
-        trie, on first use."""
-        if q not in self._state_rows:
-            tokens, targets = state_row(self._table, self._trie, q)
-            self._state_rows[q] = tokens, targets  # (int32: a row spanning Llama-3's vocabulary is 1 MB)
-        return self._state_rows[q]
+        trie, on use; the last ``_ROWS_KEPT`` rows are kept (int32: a row spanning Llama-3's vocabulary is 1 MB,
+        and a node's masks come from its own rows once built, so a long walk need not keep every state's)."""
+        rows = self._state_rows
+        if q in rows:
+            rows.move_to_end(q)
+        else:
+            rows[q] = state_row(self._table, self._trie, q)
+            if len(rows) > _ROWS_KEPT:
+                rows.popitem(last=False)
+        return rows[q]
 
     # ---- liveness --------------------------------------------------------------------------------------------
     # A (node, merge class) pair is the int ``node * M + mc``, as a state is.
@@ -400,6 +408,7 @@ class LazyGuide(Guide):
                 arrays = tuple(np.ascontiguousarray(a) for a in arrays)  # (the kernel reads them by address)
                 descriptor = np.array(row_descriptor(kind, self._ends(node), *arrays), dtype=np.int64)
                 self._descriptors[node] = (descriptor, arrays)
+                self._node_rows.pop(node, None)  # (the descriptor's arrays hold them; rebuilt from _edges if asked)
         return self._descriptors[node][0].ctypes.data
 
     def _fill_row(self, state: int, words: np.ndarray) -> None:
