@@ -206,6 +206,7 @@ class Configurations:
         self._stack_ids: dict[tuple[int, int], int] = {}
         self._ids: dict[tuple, int] = {}
         self._closures: dict[tuple[int, int], tuple[frozenset, bool]] = {}
+        self._columns: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
         self._items: list[tuple[np.ndarray, np.ndarray]] = []
         self.table = np.full((64, 256), MISSING, dtype=np.int32)
         self.accepting = np.zeros(64, dtype=bool)
@@ -285,16 +286,13 @@ class Configurations:
             self.accepting[config] = ends
         return config
 
-    def expand(self, configs) -> None:
-        """Fill the byte rows of ``configs`` (those not yet expanded): each byte's step of every item, closed."""
-        for config in configs:
-            if self.expanded[config]:
-                continue
-            states, stacks = self._items[config]
-            targets = self._transitions[states]  # [items, 256]: the bytes that step every item alike, grouped
-            if not len(states):  # (the text can only end here)
-                self.expanded[config] = True
-                continue
+    def _byte_columns(self, states: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(columns, inverse): the distinct columns of the items' byte rows ([items, k], MISSING where an item reads
+        no such byte) and each byte's column — the bytes that step every item alike, once per tuple of states."""
+        key = states.tobytes()
+        found = self._columns.get(key)
+        if found is None:
+            targets = self._transitions[states]  # [items, 256]
             if len(states) == 1:
                 values, inverse = np.unique(targets[0], return_inverse=True)
                 columns = values[None, :]
@@ -302,10 +300,25 @@ class Configurations:
                 keys = np.ascontiguousarray(targets.T).view(np.dtype((np.void, 4 * len(states)))).ravel()
                 _, first, inverse = np.unique(keys, return_index=True, return_inverse=True)
                 columns = targets[:, first]
-            row = np.empty(columns.shape[1], dtype=np.int32)
-            for j in range(columns.shape[1]):
-                column = columns[:, j]
-                live = column >= 0
-                row[j] = self._intern(list(zip(column[live].tolist(), stacks[live].tolist()))) if live.any() else MISSING
-            self.table[config] = row[inverse.ravel()]
+            found = self._columns[key] = (columns, inverse.ravel())
+        return found
+
+    def expand(self, configs) -> None:
+        """Fill the byte rows of ``configs`` (those not yet expanded): each byte's step of every item, closed."""
+        for config in configs:
+            if self.expanded[config]:
+                continue
+            states, stacks = self._items[config]
+            if len(states):  # (else the text can only end here: nothing to read)
+                self.table[config] = self._row_of(states, stacks)
             self.expanded[config] = True
+
+    def _row_of(self, states: np.ndarray, stacks: np.ndarray) -> np.ndarray:
+        """A configuration's byte row: per group of bytes that step every item alike, the closure of the steps."""
+        columns, inverse = self._byte_columns(states)
+        row = np.empty(columns.shape[1], dtype=np.int32)
+        for j in range(columns.shape[1]):
+            column = columns[:, j]
+            live = column >= 0
+            row[j] = self._intern(list(zip(column[live].tolist(), stacks[live].tolist()))) if live.any() else MISSING
+        return row[inverse]

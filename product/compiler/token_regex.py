@@ -523,36 +523,52 @@ def state_row(table: np.ndarray, trie: VocabularyTrie, state: int) -> tuple[np.n
     return tokens[:offsets[state + 1]], targets[:offsets[state + 1]]
 
 
-def unexpanded_reached(table: np.ndarray, expanded: np.ndarray, trie: VocabularyTrie, state: int) -> np.ndarray:
-    """The states of ``table`` that the vocabulary trie's walk from ``state`` reaches at a node with children while
-    their row is not yet ``expanded`` (a table built as it is walked: ``automata.grammar.pushdown``): the rows to
-    fill before ``state_row(table, trie, state)`` is complete."""
-    return _unexpanded(table, expanded, trie.node_depth, trie.node_byte, trie.subtree_end, state)
+class GrowingRow:
+    """The row of one state of a table built as it is walked (``automata.grammar.pushdown``: a state's byte row is
+    filled on request): one scan of the vocabulary trie that stops where it meets a state whose row is not built
+    yet at a node with children (``step`` returns that state; the caller builds its row and calls ``step`` again
+    with the grown table), and resumes there. ``tokens``/``targets`` once ``step`` returns None: ascending, as
+    ``state_row``'s."""
+
+    def __init__(self, trie: VocabularyTrie, state: int):
+        self.trie, self.node, self.count = trie, 1, 0
+        self.state_at = np.empty(int(trie.node_depth.max()) + 1, dtype=np.int64)
+        self.state_at[0] = state
+        self.tokens = np.empty(trie.vocab_size, np.int32)
+        self.targets = np.empty(trie.vocab_size, np.int32)
+
+    def step(self, table: np.ndarray, expanded: np.ndarray) -> int | None:
+        t = self.trie
+        self.node, self.count = _walk_growing(table, expanded, t.node_depth, t.node_byte, t.subtree_end, t.token_lo,
+                                              t.node_tokens, self.state_at, self.node, self.count, self.tokens,
+                                              self.targets)
+        if self.node < len(t.node_byte):
+            return int(table[self.state_at[t.node_depth[self.node] - 1], t.node_byte[self.node]])
+        seen = np.zeros((t.vocab_size + 31) // 32, dtype=np.uint32)
+        _sort_row(self.tokens, self.targets, 0, self.count, seen, np.empty(t.vocab_size, dtype=np.int32),
+                  table.shape[0])
+        self.tokens, self.targets = self.tokens[:self.count].copy(), self.targets[:self.count].copy()
+        return None
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _unexpanded(table, expanded, node_depth, node_byte, subtree_end, origin):
-    state_at = np.empty(int(node_depth.max()) + 1, dtype=np.int64)
-    seen = np.zeros(table.shape[0], dtype=np.bool_)
-    out = np.empty(table.shape[0], dtype=np.int64)
-    count = 0
-    state_at[0] = origin
-    node, n = 1, len(node_byte)
+def _walk_growing(table, expanded, node_depth, node_byte, subtree_end, token_lo, node_tokens, state_at, node, count,
+                  tokens, targets):
+    n = len(node_byte)
     while node < n:
-        state = table[state_at[node_depth[node] - 1], node_byte[node]]
+        depth = node_depth[node]
+        state = table[state_at[depth - 1], node_byte[node]]
         if state < 0:
             node = subtree_end[node]
             continue
-        if not expanded[state] and subtree_end[node] > node + 1:  # its children read its row: not there yet
-            if not seen[state]:
-                seen[state] = True
-                out[count] = state
-                count += 1
-            node = subtree_end[node]
-            continue
-        state_at[node_depth[node]] = state
+        if not expanded[state] and subtree_end[node] > node + 1:  # its children read its row: built first
+            return node, count
+        state_at[depth] = state
+        for k in range(token_lo[node], token_lo[node + 1]):
+            tokens[count], targets[count] = node_tokens[k], state
+            count += 1
         node += 1
-    return out[:count]
+    return node, count
 
 
 def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, offsets: np.ndarray,

@@ -8,10 +8,10 @@ some completion lets the pre-tokenizer place a piece boundary here: then the sta
 docs/design.md, "Liveness decided locally"). ``PushdownGuide`` is a ``LazyGuide`` whose constraint states are the
 configurations met so far, numbered as they come, with those three things computed per configuration:
 
-- *Rows.* Before a configuration's token row is walked, every configuration the walk passes at a trie node with
-  children is expanded (``Configurations.expand``), in rounds until the walk meets no unexpanded one
-  (``token_regex.unexpanded_reached``): a token such as ``[[`` pushes two frames, so the rows it crosses are built
-  first. Then the row is the regex guide's (``token_regex.state_row``), over the table so far.
+- *Rows.* A configuration's token row is one scan of the vocabulary trie (``token_regex.GrowingRow``) that stops at
+  each configuration it meets at a trie node with children whose byte row is not built yet, has it built
+  (``Configurations.expand``) and resumes: a token such as ``[[`` pushes two frames, so the rows it crosses are
+  built on the way. The row is then the regex guide's (tokens ascending, the configurations they reach).
 - *Ends.* The root rule accepts with an empty stack.
 - *Boundary test.* A completion from an item (s, stack) finishes s's rule, then each rule on the stack from its
   return state, then the text ends. ``boundaries.call_summaries`` gives per call-automaton state the marked-DFA
@@ -39,8 +39,8 @@ from automata.errors import StateLimitError
 from automata.grammar.pushdown import CallAutomaton, Configurations
 from bpe.automaton import CanonicalAutomaton
 from product.compiler.boundaries import after_hash_states, call_summaries
-from product.compiler.token_regex import unexpanded_reached
-from product.runtime.lazy import LazyGuide
+from product.compiler.token_regex import GrowingRow
+from product.runtime.lazy import _ROWS_KEPT, LazyGuide
 
 __all__ = ["PushdownGuide"]
 
@@ -106,17 +106,21 @@ class PushdownGuide(LazyGuide):
         return out
 
     def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
-        if q not in self._state_rows:
-            configs = self._configs
-            configs.expand([q])
+        rows = self._state_rows
+        if q in rows:
+            rows.move_to_end(q)
+            return rows[q]
+        configs = self._configs
+        configs.expand([q])
+        self._sync()
+        walk = GrowingRow(self._trie, q)
+        while (state := walk.step(self._table, configs.expanded)) is not None:
+            configs.expand([state])
             self._sync()
-            while True:
-                missing = unexpanded_reached(self._table, configs.expanded, self._trie, q)
-                if not len(missing):
-                    break
-                configs.expand(missing.tolist())
-                self._sync()
-        return super()._row(q)
+        rows[q] = walk.tokens, walk.targets
+        if len(rows) > _ROWS_KEPT:
+            rows.popitem(last=False)
+        return rows[q]
 
     def _compile_whole(self) -> None:
         raise StateLimitError(f"{self.name or 'the grammar'}: deciding whether a token keeps the text completable "
