@@ -16,6 +16,11 @@ configurations as they are met and fills a configuration's row over the 256 byte
 deterministic automaton over bytes, infinite in general, built only where a walk goes. Its table has the layout of
 ``automata.dfa.DFA``'s, so the vocabulary-trie walks of regex guides read it unchanged.
 
+``relative=True``: stacks are above an unnamed *base*, and the empty stack is that base, not the root's: an item at an
+accepting state with the empty stack pops below the base, so ``accepting`` then flags configurations whose text
+*exits* (what follows depends on the base; ``product.runtime.pushdown`` reads the rest of such a token with the base
+known). There is no start configuration.
+
 Invariants: a configuration's items are distinct and each reads some byte (or the configuration is the text's end
 only); equal closures are one configuration; ``MISSING`` marks a byte no item reads (and a row not yet expanded,
 ``expanded`` says which). Left recursion (a rule that can call itself before reading a byte) is refused when the
@@ -190,7 +195,7 @@ class Configurations:
     ``MISSING`` before); ``accepting[c]``: the text may end in configuration c. ``items(c)``: its (states, stacks)
     arrays. Stacks: ``stack_return[i]``, ``stack_parent[i]`` (stack 0 is empty)."""
 
-    def __init__(self, automaton: CallAutomaton, *, max_items: int = 100_000):
+    def __init__(self, automaton: CallAutomaton, *, max_items: int = 100_000, relative: bool = False):
         self.automaton, self.max_items = automaton, max_items
         T = automaton.dfa.transitions
         self._transitions = T
@@ -202,7 +207,7 @@ class Configurations:
         # callee's return is its caller's (``"-" factor`` read 64 times in one token stays one frame deep)
         self._only_returns = automaton.accepting & ~self._reads
         self._only_returns[list(self._calls_at)] = False
-        self.stack_return, self.stack_parent = [-1], [-1]
+        self.stack_return, self.stack_parent, self.stack_depth = [-1], [-1], [0]
         self._stack_ids: dict[tuple[int, int], int] = {}
         self._ids: dict[tuple, int] = {}
         self._closures: dict[tuple[int, int], tuple[frozenset, bool]] = {}
@@ -211,7 +216,8 @@ class Configurations:
         self.table = np.full((64, 256), MISSING, dtype=np.int32)
         self.accepting = np.zeros(64, dtype=bool)
         self.expanded = np.zeros(64, dtype=bool)
-        self.start = self._intern([(automaton.dfa.start, 0)])
+        self.relative = relative
+        self.start = None if relative else self._intern([(automaton.dfa.start, 0)])
         if self.start == MISSING:
             raise AssertionError("a call automaton's start reads nothing")  # (the grammar's language is not empty)
 
@@ -222,10 +228,34 @@ class Configurations:
         return self._items[config]
 
     def depth(self, stack: int) -> int:
-        n = 0
-        while stack:
-            stack, n = self.stack_parent[stack], n + 1
-        return n
+        return self.stack_depth[stack]
+
+    def frames(self, stack: int, base: int = 0) -> list[int]:
+        """The return states of ``stack`` above ``base`` (one of its ancestors), top first."""
+        out = []
+        while stack != base:
+            out.append(self.stack_return[stack])
+            stack = self.stack_parent[stack]
+        return out
+
+    def base(self, stacks) -> int:
+        """The deepest stack that every one of ``stacks`` holds (their common ancestor)."""
+        stacks = set(stacks)
+        while len(stacks) > 1:
+            deepest = max(stacks, key=self.stack_depth.__getitem__)
+            stacks.discard(deepest)
+            stacks.add(self.stack_parent[deepest])
+        return stacks.pop()
+
+    def push_frames(self, stack: int, frames: list[int]) -> int:
+        """``stack`` with ``frames`` (top first, as ``frames`` gives them) pushed on it."""
+        for ret in reversed(frames):
+            stack = self._push(stack, ret)
+        return stack
+
+    def intern(self, pairs) -> int:
+        """The configuration of the closure of (state, stack) ``pairs`` (MISSING: none)."""
+        return self._intern(pairs)
 
     def _push(self, stack: int, ret: int) -> int:
         key = (ret, stack)
@@ -234,6 +264,7 @@ class Configurations:
             i = self._stack_ids[key] = len(self.stack_return)
             self.stack_return.append(ret)
             self.stack_parent.append(stack)
+            self.stack_depth.append(self.stack_depth[stack] + 1)
         return i
 
     def _closure(self, s: int, stack: int) -> tuple[frozenset, bool]:

@@ -528,47 +528,85 @@ class GrowingRow:
     filled on request): one scan of the vocabulary trie that stops where it meets a state whose row is not built
     yet at a node with children (``step`` returns that state; the caller builds its row and calls ``step`` again
     with the grown table), and resumes there. ``tokens``/``targets`` once ``step`` returns None: ascending, as
-    ``state_row``'s."""
+    ``state_row``'s.
 
-    def __init__(self, trie: VocabularyTrie, state: int):
-        self.trie, self.node, self.count = trie, 1, 0
+    ``nodes``: scan only those nodes' subtrees (disjoint), ``states`` being the states of their parents (default:
+    the whole trie from the root, in state ``states``). ``exits`` (``step``'s; bool per state): a node whose state
+    is flagged is not entered — its subtree's tokens are left out of the row and the node and its parent's state are
+    listed in ``exit_nodes``, ``exit_parents`` instead (a relative configuration that pops below its base: the rest
+    depends on the base)."""
+
+    def __init__(self, trie: VocabularyTrie, states, nodes=None):
+        self.trie, self.count, self.segment = trie, 0, 0
+        if nodes is None:
+            self.starts = np.array([1], dtype=np.int64)
+            self.ends = np.array([len(trie.node_byte)], dtype=np.int64)
+            self.parents = np.array([states], dtype=np.int64)
+            size = trie.vocab_size
+        else:
+            self.starts = np.asarray(nodes, dtype=np.int64)
+            self.ends = trie.subtree_end[self.starts].astype(np.int64)
+            self.parents = np.asarray(states, dtype=np.int64)
+            size = int((trie.token_lo[self.ends] - trie.token_lo[self.starts]).sum())
+        self.node = int(self.starts[0]) if len(self.starts) else 0
         self.state_at = np.empty(int(trie.node_depth.max()) + 1, dtype=np.int64)
-        self.state_at[0] = state
-        self.tokens = np.empty(trie.vocab_size, np.int32)
-        self.targets = np.empty(trie.vocab_size, np.int32)
+        self.tokens, self.targets = np.empty(size, np.int32), np.empty(size, np.int32)
+        self.exit_nodes, self.exit_parents, self.num_exits = np.empty(64, np.int64), np.empty(64, np.int64), 0
 
-    def step(self, table: np.ndarray, expanded: np.ndarray) -> int | None:
+    def step(self, table: np.ndarray, expanded: np.ndarray, exits: np.ndarray | None = None) -> int | None:
+        """Scan on; the state whose row is wanted, or None when done. ``exits``: see the class (the current array,
+        as the table grows)."""
         t = self.trie
-        self.node, self.count = _walk_growing(table, expanded, t.node_depth, t.node_byte, t.subtree_end, t.token_lo,
-                                              t.node_tokens, self.state_at, self.node, self.count, self.tokens,
-                                              self.targets)
-        if self.node < len(t.node_byte):
+        exits = exits if exits is not None else np.zeros(0, dtype=np.bool_)
+        while True:
+            self.segment, self.node, self.count, self.num_exits = _walk_growing(
+                table, expanded, exits, t.node_depth, t.node_byte, t.subtree_end, t.token_lo, t.node_tokens,
+                self.state_at, self.starts, self.ends, self.parents, self.segment, self.node, self.count, self.tokens,
+                self.targets, self.exit_nodes, self.exit_parents, self.num_exits)
+            if self.num_exits < len(self.exit_nodes):
+                break
+            self.exit_nodes = np.concatenate([self.exit_nodes, self.exit_nodes])  # (full: grown, then resumed)
+            self.exit_parents = np.concatenate([self.exit_parents, self.exit_parents])
+        if self.segment < len(self.starts):
             return int(table[self.state_at[t.node_depth[self.node] - 1], t.node_byte[self.node]])
         seen = np.zeros((t.vocab_size + 31) // 32, dtype=np.uint32)
         _sort_row(self.tokens, self.targets, 0, self.count, seen, np.empty(t.vocab_size, dtype=np.int32),
                   table.shape[0])
         self.tokens, self.targets = self.tokens[:self.count].copy(), self.targets[:self.count].copy()
+        self.exit_nodes, self.exit_parents = self.exit_nodes[:self.num_exits], self.exit_parents[:self.num_exits]
         return None
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _walk_growing(table, expanded, node_depth, node_byte, subtree_end, token_lo, node_tokens, state_at, node, count,
-                  tokens, targets):
-    n = len(node_byte)
-    while node < n:
-        depth = node_depth[node]
-        state = table[state_at[depth - 1], node_byte[node]]
-        if state < 0:
-            node = subtree_end[node]
-            continue
-        if not expanded[state] and subtree_end[node] > node + 1:  # its children read its row: built first
-            return node, count
-        state_at[depth] = state
-        for k in range(token_lo[node], token_lo[node + 1]):
-            tokens[count], targets[count] = node_tokens[k], state
-            count += 1
-        node += 1
-    return node, count
+def _walk_growing(table, expanded, exits, node_depth, node_byte, subtree_end, token_lo, node_tokens, state_at, starts,
+                  ends, parents, segment, node, count, tokens, targets, exit_nodes, exit_parents, num_exits):
+    while segment < len(starts):
+        state_at[node_depth[starts[segment]] - 1] = parents[segment]  # (the scan resumes inside it: set again)
+        end = ends[segment]
+        while node < end:
+            depth = node_depth[node]
+            state = table[state_at[depth - 1], node_byte[node]]
+            if state < 0:
+                node = subtree_end[node]
+                continue
+            if len(exits) and exits[state]:  # popped below the base: the subtree is the base's to read
+                if num_exits == len(exit_nodes):
+                    return segment, node, count, num_exits
+                exit_nodes[num_exits], exit_parents[num_exits] = node, state_at[depth - 1]
+                num_exits += 1
+                node = subtree_end[node]
+                continue
+            if not expanded[state] and subtree_end[node] > node + 1:  # its children read its row: built first
+                return segment, node, count, num_exits
+            state_at[depth] = state
+            for k in range(token_lo[node], token_lo[node + 1]):
+                tokens[count], targets[count] = node_tokens[k], state
+                count += 1
+            node += 1
+        segment += 1
+        if segment < len(starts):
+            node = starts[segment]
+    return segment, node, count, num_exits
 
 
 def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, offsets: np.ndarray,

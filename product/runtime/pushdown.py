@@ -33,8 +33,11 @@ of their stacks (each configuration walks the trie once).
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import numpy as np
 
+from automata.dfa import MISSING
 from automata.errors import StateLimitError
 from automata.grammar.pushdown import CallAutomaton, Configurations
 from bpe.automaton import CanonicalAutomaton
@@ -59,6 +62,10 @@ class PushdownGuide(LazyGuide):
             raise ValueError("a grammar's guide has no fragment exits")
         self._dfa, self._exit_live = None, None
         self._configs = Configurations(automaton, max_items=self._max_items)
+        # rows shared between configurations alike above their stacks' common base (``_rebased_row``)
+        self._relative = Configurations(automaton, max_items=self._max_items, relative=True)
+        self._relative_rows: OrderedDict = OrderedDict()
+        self._lifted: dict[tuple[int, int], int] = {}
         self._first, self._anything, self._nullable = call_summaries(automaton, self._canonical)
         self._after_hash = after_hash_states(self._canonical)
         S = self._first.shape[1]
@@ -110,17 +117,88 @@ class PushdownGuide(LazyGuide):
         if q in rows:
             rows.move_to_end(q)
             return rows[q]
-        configs = self._configs
-        configs.expand([q])
-        self._sync()
-        walk = GrowingRow(self._trie, q)
-        while (state := walk.step(self._table, configs.expanded)) is not None:
-            configs.expand([state])
-            self._sync()
-        rows[q] = walk.tokens, walk.targets
+        based = self._relative_of(q)
+        rows[q] = self._walk(q) if based is None else self._rebased_row(*based)
         if len(rows) > _ROWS_KEPT:
             rows.popitem(last=False)
         return rows[q]
+
+    def _walk(self, q, nodes=None) -> tuple[np.ndarray, np.ndarray]:
+        """The row of configuration ``q`` by one scan of the trie (of the subtrees of ``nodes``, ``q`` their
+        parents' configurations), configurations built as the scan meets them."""
+        configs = self._configs
+        configs.expand([q] if nodes is None else np.unique(q).tolist())
+        self._sync()
+        walk = GrowingRow(self._trie, q, nodes)
+        while (state := walk.step(self._table, configs.expanded)) is not None:
+            configs.expand([state])
+            self._sync()
+        return walk.tokens, walk.targets
+
+    # ---- rows shared between configurations that differ below their tops --------------------------------------
+    def _relative_of(self, q: int) -> tuple[int, int] | None:
+        """(relative configuration, base) of configuration ``q``: its items' stacks above their common ancestor,
+        the base; None where that is the empty stack (the root's) or a token may pop below it at once."""
+        configs = self._configs
+        states, stacks = configs.items(q)
+        if not len(states):
+            return None
+        base = configs.base(stacks.tolist())
+        if base == 0:
+            return None
+        relative = self._relative
+        pairs = [(s, relative.push_frames(0, configs.frames(k, base))) for s, k in zip(states.tolist(), stacks.tolist())]
+        rel = relative.intern(pairs)
+        if rel == MISSING or relative.accepting[rel]:
+            return None
+        return rel, base
+
+    def _lift(self, rel: int, base: int) -> int:
+        """The configuration of relative configuration ``rel`` over ``base``."""
+        key = (rel, base)
+        found = self._lifted.get(key)
+        if found is None:
+            relative, configs = self._relative, self._configs
+            states, stacks = relative.items(rel)
+            found = self._lifted[key] = configs.intern(
+                [(s, configs.push_frames(base, relative.frames(k))) for s, k in zip(states.tolist(), stacks.tolist())])
+        return found
+
+    def _relative_row(self, rel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(tokens, relative targets, exit nodes, their parents' relative configurations) of a relative
+        configuration: the tokens read without popping below the base, once per relative configuration; the
+        subtrees of the trie where a token pops below it are the base's to read (``_rebased_row``)."""
+        rows = self._relative_rows
+        if rel in rows:
+            rows.move_to_end(rel)
+            return rows[rel]
+        relative = self._relative
+        relative.expand([rel])
+        walk = GrowingRow(self._trie, rel)
+        while (state := walk.step(relative.table, relative.expanded, relative.accepting)) is not None:
+            relative.expand([state])
+        rows[rel] = walk.tokens, walk.targets, walk.exit_nodes, walk.exit_parents
+        if len(rows) > _ROWS_KEPT:
+            rows.popitem(last=False)
+        return rows[rel]
+
+    def _rebased_row(self, rel: int, base: int) -> tuple[np.ndarray, np.ndarray]:
+        """The row of the configuration ``rel`` over ``base``: the relative row's tokens with their targets lifted
+        onto the base, and the subtrees where a token pops below the base scanned with the base known."""
+        tokens, targets, exit_nodes, exit_parents = self._relative_row(rel)
+        present = np.zeros(len(self._relative), dtype=bool)
+        present[targets] = True
+        lifted = np.full(len(self._relative), -1, dtype=np.int32)
+        for t in np.flatnonzero(present).tolist():
+            lifted[t] = self._lift(t, base)
+        targets = lifted[targets]
+        self._sync()
+        if len(exit_nodes):
+            parents = [self._lift(parent, base) for parent in exit_parents.tolist()]
+            more_tokens, more_targets = self._walk(parents, exit_nodes)
+            at = np.searchsorted(tokens, more_tokens)
+            tokens, targets = np.insert(tokens, at, more_tokens), np.insert(targets, at, more_targets)
+        return tokens, targets
 
     def _compile_whole(self) -> None:
         raise StateLimitError(f"{self.name or 'the grammar'}: deciding whether a token keeps the text completable "
