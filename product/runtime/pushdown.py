@@ -26,9 +26,13 @@ Everything else — forced regions searched on demand, the masks, ``advance``, t
 clients — is ``LazyGuide``'s. A forced region past ``_MAX_REGION`` undecided pairs, which a regex guide answers by
 compiling its whole product, raises ``StateLimitError`` here (there is no whole product).
 
+Rows are shared between configurations alike above their stacks' common base (``_rebased_row``): a relative
+configuration's row is scanned once, lifted onto each base, and only the trie subtrees where a token pops below the
+base are scanned again per base.
+
 Leaves out: the any-tokenization comparison mode and tokenizers without pre-tokenizer splits (nothing is settled
-there: refused by ``product.compile_grammar``), sharing rows between configurations that differ only below the top
-of their stacks (each configuration walks the trie once).
+there: refused by ``product.compile_grammar``); sharing a node's first-visit work (its row split by context, its
+forced pairs) between configurations.
 """
 
 from __future__ import annotations
@@ -204,6 +208,12 @@ class PushdownGuide(LazyGuide):
         raise StateLimitError(f"{self.name or 'the grammar'}: deciding whether a token keeps the text completable "
                               "needs a search inside one pre-tokenizer piece past its bound (a grammar that forces a "
                               "long run of text with no piece boundary)")
+
+    @property
+    def memory_bytes(self) -> int:
+        shared = [a for row in self._relative_rows.values() for a in row]
+        shared += [self._relative.table, self._configs.table, self._break_rows]
+        return super().memory_bytes + int(sum(a.nbytes for a in shared)) - self._table.nbytes - self._break.nbytes
 
     @property
     def num_configurations(self) -> int:
