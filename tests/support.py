@@ -1,6 +1,6 @@
 """The real tokenizers, their runtimes and canonical automata, loaded once per test process, and the runtime's
-trie of a finite language: the oracles the tests compare against (never mocked); and a random walk that holds two
-guides of one language to the same mask at every step."""
+trie of a finite language: the oracles the tests compare against (never mocked); a random walk that holds two
+guides of one language to the same mask at every step, and one that walks a guide to an accepting state."""
 
 import numpy as np
 
@@ -57,3 +57,23 @@ def walk_alike(reference, other, rng, steps: int, pick=None) -> None:
             break
         token = int(pick(allowed)) if pick is not None else int(rng.choice(allowed))
         a, b = reference.advance(a, token), other.advance(b, token)
+
+
+def walk_to_accepting(guide, rng, *, steps: int, closing: np.ndarray, end_after: int, closer_share: float,
+                      describe=lambda ids: ids) -> list[int] | None:
+    """One random walk over a guide's allowed tokens (EOS aside): never stuck (asserted); ``closer_share`` of the
+    steps pick among the allowed tokens ``closing`` flags (a uniform walk stays inside a free string nearly
+    forever); it stops at an accepting state with chance 0.3 per step, at once past ``end_after`` steps. The
+    tokens, or None where it was cut off after ``steps`` unaccepted."""
+    state, ids = guide.initial_state, []
+    for step in range(steps):
+        choices = np.flatnonzero(guide.allowed(state))
+        choices = choices[~np.isin(choices, guide.eos_token_ids)]
+        if guide.is_accepting(state) and (not len(choices) or rng.random() < 0.3 or step > end_after):
+            break
+        assert len(choices), f"dead end after {describe(ids)!r}"
+        closers = choices[closing[choices]]
+        token = int(rng.choice(closers if len(closers) and rng.random() < closer_share else choices))
+        ids.append(token)
+        state = guide.advance(state, token)
+    return ids if guide.is_accepting(state) else None

@@ -9,8 +9,9 @@ Rules are written bottom-up over the reference graph's strongly connected compon
   every recursive reference is a *head* (left-linear, Lark's ``list: list "," item | item``) likewise, mirrored;
 - any other recursion — a reference with text on both sides (``"(" expr ")"``), inside a repetition, or heads and
   tails mixed — is refused with ``UnsupportedGrammarError`` (construct "recursion"), naming the rule and its
-  line: its language may not be regular, and canonmerge's guides are automata (``max_depth`` cuts it at a depth,
-  when asked).
+  line: its language may not be regular (``max_depth`` cuts it at a depth, when asked). ``call_regexes`` writes
+  such a grammar instead as regexes that call a few of the cycle's rules (``automata.grammar.pushdown`` builds the
+  automaton that runs them).
 
 First, a rule's references to itself at the start or end of an alternative become repetitions (``X = X a | c`` is
 ``c a*``), which also takes Lark's left-recursive lists out of the cycles that remain.
@@ -63,6 +64,18 @@ def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH, max_depth:
     nesting is not accepted; JSON's ``value -> object -> value`` counts two per level of braces). Opt-in: the
     language is then the grammar's cut at that depth, and the regex grows with the depth (exponentially where a rule
     refers to the cycle twice)."""
+    def cut(writer: _Writer, members: list[str], refusal: UnsupportedGrammarError) -> None:
+        if max_depth is None:
+            raise refusal
+        writer.unroll(members, max_depth)
+
+    writer = _written(grammar, max_length, cut)
+    return writer.done[writer.grammar.start]
+
+
+def _written(grammar: Grammar, max_length: int, otherwise) -> "_Writer":
+    """The rules' regexes, written bottom-up over the reference graph's components (the module docstring);
+    ``otherwise(writer, members, refusal)`` finishes a cycle that is neither right- nor left-linear."""
     grammar = _without_immediate_recursion(grammar.lowered())
     writer = _Writer(grammar, max_length)
     for members in _components(grammar):
@@ -71,11 +84,9 @@ def to_regex(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH, max_depth:
             continue
         try:
             writer.solve(members)
-        except UnsupportedGrammarError:
-            if max_depth is None:
-                raise
-            writer.unroll(members, max_depth)
-    return writer.done[grammar.start]
+        except UnsupportedGrammarError as refusal:
+            otherwise(writer, members, refusal)
+    return writer
 
 
 def call_regexes(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH) -> tuple[str, dict[str, str]]:
@@ -86,28 +97,22 @@ def call_regexes(grammar: Grammar, *, max_length: int = MAX_REGEX_LENGTH) -> tup
     start rule's regex (a single marker when the start is a call rule). Substituting each marker by its rule's
     language gives the grammar's language. ``bodies`` is empty when the grammar is regular (``root`` is then
     ``to_regex``'s regex). More than ``MAX_CALL_RULES`` call rules: ``UnsupportedGrammarError``."""
-    grammar = _without_immediate_recursion(grammar.lowered())
-    writer = _Writer(grammar, max_length)
     bodies: dict[str, str] = {}
-    for members in _components(grammar):
-        if len(members) == 1 and members[0] not in writer.recursive:
-            writer.done[members[0]] = writer.write(grammar.rules[members[0]].body)
-            continue
-        try:
-            writer.solve(members)
-        except UnsupportedGrammarError:
-            calls, inlined = _call_rules(grammar, members)
-            if len(bodies) + len(calls) > MAX_CALL_RULES:
-                raise UnsupportedGrammarError(f"more than {MAX_CALL_RULES} recursive rules",
-                                              construct="recursion") from None
-            for name in calls:
-                writer.done[name] = call_marker(len(bodies))
-                bodies[name] = ""
-            for name in inlined:
-                writer.done[name] = writer.write(grammar.rules[name].body)
-            for name in calls:
-                bodies[name] = writer.write(grammar.rules[name].body)
-    return writer.done[grammar.start], bodies
+
+    def called(writer: _Writer, members: list[str], refusal: UnsupportedGrammarError) -> None:
+        calls, inlined = _call_rules(writer.grammar, members)
+        if len(bodies) + len(calls) > MAX_CALL_RULES:
+            raise UnsupportedGrammarError(f"more than {MAX_CALL_RULES} recursive rules", construct="recursion")
+        for name in calls:
+            writer.done[name] = call_marker(len(bodies))
+            bodies[name] = ""
+        for name in inlined:
+            writer.done[name] = writer.write(writer.grammar.rules[name].body)
+        for name in calls:
+            bodies[name] = writer.write(writer.grammar.rules[name].body)
+
+    writer = _written(grammar, max_length, called)
+    return writer.done[writer.grammar.start], bodies
 
 
 _INLINED_LENGTH = 50_000  # a cycle's rules inlined between its call rules past this many characters: all called

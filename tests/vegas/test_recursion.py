@@ -15,7 +15,7 @@ import pytest
 import vegas
 from product import PushdownGuide
 from tests.schema_cases import TREE
-from tests.support import automaton_of, runtime_of
+from tests.support import automaton_of, runtime_of, walk_to_accepting
 from vegas import UnsupportedSchemaError, format_instance
 
 LINKED = {"$defs": {"node": {"type": "object", "properties": {
@@ -83,18 +83,9 @@ def test_random_walks_end_in_valid_canonical_text(tokenizer):
         rng = np.random.default_rng(zlib.crc32(f"{tokenizer}:{name}".encode()))
         finished = 0
         for _ in range(6):
-            state, ids = guide.initial_state, []
-            for step in range(250):
-                choices = np.flatnonzero(guide.allowed(state))
-                choices = choices[~np.isin(choices, guide.eos_token_ids)]
-                if guide.is_accepting(state) and (not len(choices) or rng.random() < 0.3 or step > 60):
-                    break
-                assert len(choices), f"dead end after {runtime.decode(ids)!r}"
-                closers = choices[closing[choices]]
-                token = int(rng.choice(closers if len(closers) and rng.random() < 0.7 else choices))
-                ids.append(token)
-                state = guide.advance(state, token)
-            if not guide.is_accepting(state):
+            ids = walk_to_accepting(guide, rng, steps=250, closing=closing, end_after=60, closer_share=0.7,
+                                    describe=runtime.decode)
+            if ids is None:
                 continue
             text = runtime.decode(ids)
             assert validator.is_valid(json.loads(text)), text

@@ -24,7 +24,7 @@ import vegas
 from bpe.assets import json_schema_test_suite
 from product.counted import CountedGuide
 from tests.schema_cases import INVALID, PERSON, SCHEMAS, VALID
-from tests.support import automaton_of, runtime_of
+from tests.support import automaton_of, runtime_of, walk_to_accepting
 from vegas import SchemaError, UnsupportedSchemaError, format_instance, schema_regex
 from vegas.lexical import YAML_SPECIAL_WORDS, integer_regex, is_plain_safe, number_regex
 
@@ -321,18 +321,9 @@ def test_random_walks_end_in_valid_canonical_text(tokenizer, style):
         rng = np.random.default_rng(zlib.crc32(f"{tokenizer}:{style}:{name}".encode()))
         finished = 0
         for _ in range(5):
-            state, ids = guide.initial_state, []
-            for step in range(300):
-                choices = np.flatnonzero(guide.allowed(state))
-                choices = choices[~np.isin(choices, guide.eos_token_ids)]
-                if guide.is_accepting(state) and (not len(choices) or rng.random() < 0.3 or step > 100):
-                    break
-                assert len(choices), f"dead end after {runtime.decode(ids)!r}"
-                closers = choices[closing[choices]]
-                token = int(rng.choice(closers if len(closers) and rng.random() < 0.6 else choices))
-                ids.append(token)
-                state = guide.advance(state, token)
-            if not guide.is_accepting(state):
+            ids = walk_to_accepting(guide, rng, steps=300, closing=closing, end_after=100, closer_share=0.6,
+                                    describe=runtime.decode)
+            if ids is None:
                 continue  # a long walk cut off: nothing to check
             text = runtime.decode(ids)
             value = json.loads(text) if style == "json" else yaml.safe_load(text)
