@@ -17,7 +17,7 @@ from __future__ import annotations
 from automata.budget import CompileBudget, running
 from automata.grammar import UnsupportedGrammarError, parse_grammar
 from automata.grammar.pushdown import call_automaton, call_automaton_of
-from automata.grammar.regular import to_regex
+from automata.grammar.regular import call_regexes, to_regex
 from bpe.automaton import CanonicalAutomaton
 from product.compile import compile_regex
 from product.compiler.tables import guide_eos
@@ -56,6 +56,16 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
     """
     grammar = parse_grammar(text, syntax, start)
     name = name if name is not None else f"{syntax} grammar"
+    if max_depth is None and canonical_only and LazyGuide.helps(canonical):  # (the rules written once, either way)
+        guide_eos(canonical, eos_token_ids)
+        with running(budget):
+            root, bodies = call_regexes(grammar)
+            if bodies:
+                automaton = call_automaton_of(root, bodies, max_states=max_states, rules=grammar.rules)
+                return PushdownGuide(automaton, canonical, eos_token_ids=eos_token_ids, cache_size=cache_size,
+                                     name=name)
+        return compile_regex(root, canonical, max_states=max_states, cache_size=cache_size,
+                             eos_token_ids=eos_token_ids, name=name, budget=budget, lazy=lazy)
     try:
         regex = to_regex(grammar, max_depth=max_depth)
     except UnsupportedGrammarError as exc:
