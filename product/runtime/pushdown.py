@@ -75,7 +75,7 @@ class PushdownGuide(LazyGuide):
         S = self._first.shape[1]
         final = int(sum(1 << m for m in np.flatnonzero(self._canonical.marked_final[:S])))
         self._complete, self._complete_first = [final], [0]  # per stack id (0: the empty stack)
-        self._break_rows = np.zeros((0, self._num_open), dtype=bool)
+        self._break_rows, self._tested = np.zeros((0, self._num_open), dtype=bool), 0
         self._sync()
         return self._configs.start
 
@@ -83,16 +83,18 @@ class PushdownGuide(LazyGuide):
     def _sync(self) -> None:
         """Boundary tests of the configurations met since the last call, and the views ``LazyGuide`` reads."""
         configs = self._configs
-        n, done = len(configs), len(self._break_rows)
+        n, done = len(configs), self._tested
         self._stack_sets()
-        if n > done:
-            rows = np.zeros((n - done, self._num_open), dtype=bool)
-            for i, config in enumerate(range(done, n)):
-                rows[i] = (self._after_hash & np.uint64(self._first_sets(config))) != 0
-            self._break_rows = np.concatenate([self._break_rows, rows])
+        if n > len(self._break_rows):  # (capacity doubled: appends cost amortised constant time)
+            grown = np.zeros((2 * n, self._num_open), dtype=bool)
+            grown[:done] = self._break_rows[:done]
+            self._break_rows = grown
+        for config in range(done, n):
+            self._break_rows[config] = (self._after_hash & np.uint64(self._first_sets(config))) != 0
+        self._tested = n
         self._table = configs.table[:n]
         self._accepting = configs.accepting[:n]
-        self._break = self._break_rows
+        self._break = self._break_rows[:n]
 
     def _stack_sets(self) -> None:
         """``_complete`` and ``_complete_first`` of the stacks made since the last call (a stack's parent is always
@@ -212,7 +214,7 @@ class PushdownGuide(LazyGuide):
     @property
     def memory_bytes(self) -> int:
         shared = [a for row in self._relative_rows.values() for a in row]
-        shared += [self._relative.table, self._configs.table, self._break_rows]
+        shared += [self._relative.table, self._configs.table, self._break_rows]  # (capacities, not views)
         return super().memory_bytes + int(sum(a.nbytes for a in shared)) - self._table.nbytes - self._break.nbytes
 
     @property
