@@ -134,11 +134,10 @@ class PushdownGuide(LazyGuide):
         parents' configurations), configurations built as the scan meets them."""
         configs = self._configs
         configs.expand([q] if nodes is None else np.unique(q).tolist())
-        self._sync()
         walk = GrowingRow(self._trie, q, nodes)
-        while (state := walk.step(self._table, configs.expanded)) is not None:
+        while (state := walk.step(configs.table, configs.expanded)) is not None:
             configs.expand([state])
-            self._sync()
+        self._sync()  # (the boundary tests of the configurations met, before any kernel reads them)
         return walk.tokens, walk.targets
 
     # ---- rows shared between configurations that differ below their tops --------------------------------------
