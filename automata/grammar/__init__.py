@@ -1,14 +1,17 @@
-"""Context-free grammars over characters: GBNF and Lark read into one IR, recognised, and written as a regex where
-their language is regular.
+"""Context-free grammars over characters: GBNF and Lark read into one IR, recognised, written as a regex where their
+language is regular, and as a call automaton where it is not.
 
 ``parse_grammar(text, syntax)`` (``parse_gbnf``, ``parse_lark``) gives a ``Grammar``: rules of literals, character
 classes, regex terminals, references, sequences, choices and repetitions (``automata.grammar.ir``). ``Recognizer``
 decides membership (Earley over characters); ``to_regex`` writes a grammar whose recursion is at most right- or
 left-linear as one regex (``automata.grammar.regular``; others cut at an opt-in depth), what
-``product.compile_grammar`` compiles; ``sample`` draws strings of a grammar (``automata.grammar.sample``). Errors derive from ``GrammarError`` (a ``CanonmergeError``) and name the
+``product.compile_grammar`` compiles; ``pushdown.call_automaton`` writes any other recursive grammar as rules that
+call each other, run by ``pushdown.Configurations`` (``product.PushdownGuide`` compiles those); ``sample`` draws strings
+of a grammar (``automata.grammar.sample``). Errors derive from ``GrammarError`` (a ``CanonmergeError``) and name the
 construct, its line and column.
 
-Leaves out: tokens (``product.grammar`` intersects a grammar's regex with a tokenizer's canonical automaton).
+Leaves out: tokens (``product.grammar`` intersects a grammar's regex or call automaton with a tokenizer's canonical
+automaton).
 """
 
 from automata.grammar.earley import Recognizer
