@@ -42,7 +42,7 @@ from interegular.patterns import _DOT, _EMPTY, Pattern, REFlags, _CharGroup, _Co
 
 from automata import glushkov, parse
 from automata.dfa import DFA, MISSING, Alphabet
-from automata.errors import StateLimitError
+from automata.errors import EmptyLanguageError, StateLimitError
 from automata.grammar.ir import Grammar, UnsupportedGrammarError
 from automata.grammar.regular import call_marker, call_regexes, is_call_marker
 from automata.regex import _interegular_char_dfa, shown, utf8_dfa
@@ -97,11 +97,39 @@ def call_automaton_of(root: str, bodies: dict[str, str], *, max_states: int = 10
         offset += len(table)
         if offset > max_states:
             raise StateLimitError(f"the grammar's rules have more than max_states={max_states} states")
-    dfa = DFA(np.concatenate(tables), np.concatenate(accepting), starts[0], Alphabet.bytes())
+    table, ends = np.concatenate(tables), np.concatenate(accepting)
     calls_array = np.array(sorted(calls), dtype=np.int64).reshape(-1, 3)
-    automaton = CallAutomaton(dfa, calls_array, np.array(starts, dtype=np.int64), names)
+    table, calls_array, live = _trimmed(table, ends, calls_array, np.array(starts, dtype=np.int64))
+    if not live[starts[0]]:
+        raise EmptyLanguageError("the grammar derives no string (every derivation recurses forever)")
+    automaton = CallAutomaton(DFA(table, ends, starts[0], Alphabet.bytes()), calls_array,
+                              np.array(starts, dtype=np.int64), names)
     _refuse_left_recursion(automaton, rules or {})
     return automaton
+
+
+def _trimmed(table: np.ndarray, accepting: np.ndarray, calls: np.ndarray,
+             starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The table and calls without what no text completes, and which states are live: a state is *live* when its rule can end from it, through
+    bytes and calls of rules whose start is live, returning to live states (a least fixpoint). Edges into other
+    states and calls of other rules are dropped, so every item of every configuration can finish its rule and every
+    frame's return state too: no configuration is a dead end for the grammar (``root ::= "(" root ")"`` would
+    otherwise grow one frame per byte, forever)."""
+    live = accepting.copy()
+    src, dst = np.nonzero(table >= 0)
+    dst = table[src, dst]
+    while True:
+        grown = live.copy()
+        grown[src[live[dst]]] = True
+        callee_live = live[starts[calls[:, 1]]] & live[calls[:, 2]]
+        grown[calls[callee_live, 0]] = True
+        if (grown == live).all():
+            break
+        live = grown
+    trimmed = np.where((table >= 0) & live[np.maximum(table, 0)], table, MISSING).astype(np.int32)
+    keep = live[starts[calls[:, 1]]] & live[calls[:, 2]]
+    return trimmed, calls[keep], live
+
 
 
 def _rule_dfa(pattern: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, int]]]:

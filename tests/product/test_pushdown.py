@@ -120,3 +120,17 @@ def test_a_pushdown_guide_pickles_mid_walk_and_serves_batches_with_other_guides(
         words = np.zeros(g.num_words, dtype=np.int32)
         g.fill_bitmask([m.state], words[None, :])
         assert np.array_equal(bitmask[row].numpy() if hasattr(bitmask, "numpy") else bitmask[row], words)
+
+
+def test_recursion_that_never_ends_derives_nothing():
+    """A rule that only recurses derives no string: the grammar is refused as empty, and a branch through such a rule
+    is never offered (its first token would open a text no derivation finishes)."""
+    from automata import EmptyLanguageError
+
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    with pytest.raises(EmptyLanguageError):
+        compile_grammar('root ::= "(" root ")"', canonical)
+    guide = compile_grammar('root ::= "x" | "(" a ")"\na ::= "[" a "]"', canonical)
+    allowed = guide.allowed(guide.initial_state)
+    assert allowed[runtime.token_to_id("x")] and not allowed[runtime.token_to_id("(")]
+    assert guide.accepts(runtime.encode("x", add_special_tokens=False).ids)
