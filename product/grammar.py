@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from automata.budget import CompileBudget, running
 from automata.grammar import UnsupportedGrammarError, parse_grammar
-from automata.grammar.pushdown import call_automaton, call_automaton_of
+from automata.grammar.pushdown import call_automaton_of
 from automata.grammar.regular import call_regexes, to_regex
 from bpe.automaton import CanonicalAutomaton
 from product.compile import compile_regex
@@ -61,9 +61,9 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
         with running(budget):
             root, bodies = call_regexes(grammar)
             if bodies:
-                automaton = call_automaton_of(root, bodies, max_states=max_states, rules=grammar.rules)
-                return PushdownGuide(automaton, canonical, eos_token_ids=eos_token_ids, cache_size=cache_size,
-                                     name=name)
+                return compile_call_regexes(root, bodies, canonical, eos_token_ids=eos_token_ids,
+                                            max_states=max_states, cache_size=cache_size, name=name,
+                                            rules=grammar.rules)
         return compile_regex(root, canonical, max_states=max_states, cache_size=cache_size,
                              eos_token_ids=eos_token_ids, name=name, budget=budget, lazy=lazy)
     try:
@@ -71,8 +71,7 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
     except UnsupportedGrammarError as exc:
         if exc.construct != "recursion":
             raise
-        return _pushdown_guide(grammar, canonical, exc, canonical_only=canonical_only, max_states=max_states,
-                               eos_token_ids=eos_token_ids, cache_size=cache_size, name=name, budget=budget)
+        raise _recursion_refused(exc, canonical_only) from None
     return compile_regex(regex, canonical, canonical_only=canonical_only, max_states=max_states,
                          cache_size=cache_size, eos_token_ids=eos_token_ids,
                          name=name, budget=budget, lazy=lazy)
@@ -80,35 +79,25 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
 
 def compile_call_regexes(root: str, bodies: dict[str, str], canonical: CanonicalAutomaton, *,
                          eos_token_ids=None, max_states: int = 100_000, cache_size: int = 4096,
-                         name: str = "") -> PushdownGuide:
+                         name: str = "", rules=None) -> PushdownGuide:
     """The ``PushdownGuide`` of regexes that call rules (``automata.grammar.pushdown.call_automaton_of``: ``root``,
     and ``bodies`` whose k-th rule ``call_marker(k)`` calls) — what ``vegas`` compiles a recursive JSON Schema to.
     Errors: as ``compile_grammar``'s for a recursive grammar (``UnsupportedGrammarError`` for a tokenizer without
-    pre-tokenizer splits or left recursion)."""
+    pre-tokenizer splits or left recursion, naming the rule and its line where ``rules``, the grammar's, has it)."""
     if not LazyGuide.helps(canonical):
         raise UnsupportedGrammarError(
             "recursion at any depth needs a tokenizer whose pre-tokenizer splits text into pieces (this one reads "
             "the whole text as one piece, as SentencePiece BPE does)", construct="recursion")
     guide_eos(canonical, eos_token_ids)
-    automaton = call_automaton_of(root, bodies, max_states=max_states)
+    automaton = call_automaton_of(root, bodies, max_states=max_states, rules=rules)
     return PushdownGuide(automaton, canonical, eos_token_ids=eos_token_ids, cache_size=cache_size, name=name)
 
 
-def _pushdown_guide(grammar, canonical: CanonicalAutomaton, refused: UnsupportedGrammarError, *,
-                    canonical_only: bool, max_states: int, eos_token_ids, cache_size: int, name: str,
-                    budget: CompileBudget | None) -> Guide:
-    """The guide of a grammar with recursion no regex expresses: a ``PushdownGuide`` over its call automaton."""
-    if not canonical_only:
-        raise UnsupportedGrammarError(f"{refused} (a recursive grammar's guide gives canonical masks only: pass "
-                                      "canonical_only=True, or max_depth= for a depth-bounded regex)",
-                                      construct="recursion", line=refused.line, column=refused.column,
-                                      rule=refused.rule)
-    if not LazyGuide.helps(canonical):
-        raise UnsupportedGrammarError(
-            f"{refused}: a recursive grammar's guide needs a tokenizer whose pre-tokenizer splits text into pieces "
-            "(this one reads the whole text as one piece, as SentencePiece BPE does); pass max_depth= for a "
-            "depth-bounded regex", construct="recursion", line=refused.line, column=refused.column, rule=refused.rule)
-    guide_eos(canonical, eos_token_ids)
-    with running(budget):
-        automaton = call_automaton(grammar, max_states=max_states)
-        return PushdownGuide(automaton, canonical, eos_token_ids=eos_token_ids, cache_size=cache_size, name=name)
+def _recursion_refused(refused: UnsupportedGrammarError, canonical_only: bool) -> UnsupportedGrammarError:
+    """Why a grammar with recursion no regex expresses gets no guide here (any-tokenization masks, or a tokenizer
+    without pre-tokenizer splits: ``compile_grammar`` builds its ``PushdownGuide`` otherwise), naming the rule."""
+    why = ("a recursive grammar's guide gives canonical masks only: pass canonical_only=True" if not canonical_only
+           else "a recursive grammar's guide needs a tokenizer whose pre-tokenizer splits text into pieces (this one "
+                "reads the whole text as one piece, as SentencePiece BPE does)")
+    return UnsupportedGrammarError(f"{refused} ({why}; or max_depth= for a depth-bounded regex)",
+                                   construct="recursion", line=refused.line, column=refused.column, rule=refused.rule)

@@ -110,11 +110,11 @@ def call_automaton_of(root: str, bodies: dict[str, str], *, max_states: int = 10
 
 def _trimmed(table: np.ndarray, accepting: np.ndarray, calls: np.ndarray,
              starts: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The table and calls without what no text completes, and which states are live: a state is *live* when its rule can end from it, through
-    bytes and calls of rules whose start is live, returning to live states (a least fixpoint). Edges into other
-    states and calls of other rules are dropped, so every item of every configuration can finish its rule and every
-    frame's return state too: no configuration is a dead end for the grammar (``root ::= "(" root ")"`` would
-    otherwise grow one frame per byte, forever)."""
+    """The table and calls without what no text completes, and which states are live: a state is *live* when its
+    rule can end from it, through bytes and calls of rules whose start is live, returning to live states (a least
+    fixpoint). Edges into other states and calls of other rules are dropped, so every item of every configuration can
+    finish its rule and every frame's return state too: no configuration is a dead end for the grammar
+    (``root ::= "(" root ")"`` would otherwise grow one frame per byte, forever)."""
     live = accepting.copy()
     src, dst = np.nonzero(table >= 0)
     dst = table[src, dst]
@@ -129,7 +129,6 @@ def _trimmed(table: np.ndarray, accepting: np.ndarray, calls: np.ndarray,
     trimmed = np.where((table >= 0) & live[np.maximum(table, 0)], table, MISSING).astype(np.int32)
     keep = live[starts[calls[:, 1]]] & live[calls[:, 2]]
     return trimmed, calls[keep], live
-
 
 
 def _rule_dfa(pattern: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, int]]]:
@@ -313,11 +312,14 @@ class Configurations:
                         seen.add(pair)
                         todo.append(pair)
                 if len(seen) > self.max_items:
-                    raise StateLimitError(f"a configuration of the grammar holds more than {self.max_items} items "
-                                          "(an ambiguous grammar: the same text parsed in ever more ways)")
+                    raise self._too_many()
             ends = any(accepting_states[s] and not stack for s, stack in seen)
             found = self._closures[key] = (frozenset(p for p in seen if self._reads[p[0]]), ends)
         return found
+
+    def _too_many(self) -> StateLimitError:
+        return StateLimitError(f"a configuration of the grammar holds more than {self.max_items} items (an ambiguous "
+                               "grammar: the same text parsed in ever more ways)")
 
     def _intern(self, pairs) -> int:
         """The configuration of the closure of (state, stack) ``pairs``, numbered on first sight; MISSING if it
@@ -326,8 +328,7 @@ class Configurations:
         kept = frozenset().union(*(c[0] for c in closures))
         ends = any(c[1] for c in closures)
         if len(kept) > self.max_items:
-            raise StateLimitError(f"a configuration of the grammar holds more than {self.max_items} items (an "
-                                  "ambiguous grammar: the same text parsed in ever more ways)")
+            raise self._too_many()
         if not kept and not ends:
             return MISSING
         key = (ends, kept)

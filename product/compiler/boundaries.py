@@ -232,7 +232,11 @@ def _backward(Q, S, seeds, marked, hash_next, in_bounds, in_src, in_sym):
 
 def after_hash_states(canonical: CanonicalAutomaton) -> np.ndarray:
     """uint64 [open contexts]: per open context, the marked states reached by reading ``#`` from one of its states
-    (as bits): where a completion starts when the pre-tokenizer places a boundary here."""
+    (as bits): where a completion starts when the pre-tokenizer places a boundary here. Once per automaton."""
+    return per_automaton(canonical, "after hash states", lambda: _after_hash_states(canonical))
+
+
+def _after_hash_states(canonical: CanonicalAutomaton) -> np.ndarray:
     marked = canonical.marked_transitions
     hash_next = marked[:, -1].astype(np.int64)
     out = np.zeros(canonical.num_open_contexts, dtype=np.uint64)

@@ -514,13 +514,10 @@ _WALK_CHUNK = 1 << 20  # entries per ``_walk`` call between two budget checks (m
 
 def state_row(table: np.ndarray, trie: VocabularyTrie, state: int) -> tuple[np.ndarray, np.ndarray]:
     """The tokens readable from one state of ``table`` (states x bytes, C-contiguous) over a byte trie, ascending,
-    and the states they reach: ``_walk`` for that state alone (a lazy guide's row on first visit)."""
-    offsets = np.zeros(len(table) + 1, dtype=np.int64)
-    tokens, targets = np.empty(trie.vocab_size, np.int32), np.empty(trie.vocab_size, np.int32)
-    _walk(table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo, trie.node_tokens,
-          np.zeros(0, np.int32), np.zeros(1, np.int64), trie.vocab_size, state, state + 1, False, trie.vocab_size,
-          offsets, tokens, targets)
-    return tokens[:offsets[state + 1]], targets[:offsets[state + 1]]
+    and the states they reach (a lazy guide's row on first visit): ``GrowingRow`` over a table built whole."""
+    walk = GrowingRow(trie, state)
+    walk.step(table, np.ones(len(table), dtype=np.bool_))
+    return walk.tokens, walk.targets
 
 
 class GrowingRow:
@@ -572,7 +569,7 @@ class GrowingRow:
         seen = np.zeros((t.vocab_size + 31) // 32, dtype=np.uint32)
         _sort_row(self.tokens, self.targets, 0, self.count, seen, np.empty(t.vocab_size, dtype=np.int32),
                   table.shape[0])
-        self.tokens, self.targets = self.tokens[:self.count].copy(), self.targets[:self.count].copy()
+        self.tokens, self.targets = self.tokens[:self.count], self.targets[:self.count]
         self.exit_nodes, self.exit_parents = self.exit_nodes[:self.num_exits], self.exit_parents[:self.num_exits]
         return None
 

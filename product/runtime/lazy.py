@@ -60,6 +60,17 @@ _MAX_REGION = 4096
 _ROWS_KEPT = 64  # regex states' rows kept for reuse (``_row``)
 
 
+def kept(rows: OrderedDict, key, build):
+    """``rows[key]``, built by ``build(key)`` if absent; the ``_ROWS_KEPT`` most recently used rows are kept."""
+    if key in rows:
+        rows.move_to_end(key)
+        return rows[key]
+    rows[key] = found = build(key)
+    if len(rows) > _ROWS_KEPT:
+        rows.popitem(last=False)
+    return found
+
+
 class LazyGuide(Guide):
     """Masks of the canonical tokenizations of a regex's language, nodes built on first visit: a ``Guide`` (states
     ``node * num_merge_classes + merge_class``; the mask cache, ``fill_bitmask``, ``advance``, ``Matcher`` and the
@@ -235,17 +246,14 @@ class LazyGuide(Guide):
             self._candidates[n] = (tokens[lo:hi], targets[lo:hi], np.full(hi - lo, _Y, np.int8), settled[lo:hi])
 
     def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
-        """The tokens regex state ``q`` reads (ascending) and the states they reach: one walk of the vocabulary
-        trie, on use; the last ``_ROWS_KEPT`` rows are kept (int32: a row spanning Llama-3's vocabulary is 1 MB,
-        and a node's masks come from its own rows once built, so a long walk need not keep every state's)."""
-        rows = self._state_rows
-        if q in rows:
-            rows.move_to_end(q)
-        else:
-            rows[q] = state_row(self._table, self._trie, q)
-            if len(rows) > _ROWS_KEPT:
-                rows.popitem(last=False)
-        return rows[q]
+        """The tokens regex state ``q`` reads (ascending) and the states they reach (``_build_row``), on use; the
+        last ``_ROWS_KEPT`` rows are kept (int32: a row spanning Llama-3's vocabulary is 1 MB, and a node's masks come
+        from its own rows once built, so a long walk need not keep every state's)."""
+        return kept(self._state_rows, q, self._build_row)
+
+    def _build_row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
+        """``_row`` of a state not kept: one walk of the vocabulary trie."""
+        return state_row(self._table, self._trie, q)
 
     # ---- liveness --------------------------------------------------------------------------------------------
     # A (node, merge class) pair is the int ``node * M + mc``, as a state is.

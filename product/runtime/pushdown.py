@@ -47,7 +47,7 @@ from automata.grammar.pushdown import CallAutomaton, Configurations
 from bpe.automaton import CanonicalAutomaton
 from product.compiler.boundaries import after_hash_states, call_summaries
 from product.compiler.token_regex import GrowingRow
-from product.runtime.lazy import _ROWS_KEPT, LazyGuide
+from product.runtime.lazy import LazyGuide, kept
 
 __all__ = ["PushdownGuide"]
 
@@ -118,25 +118,14 @@ class PushdownGuide(LazyGuide):
                 out |= self._complete_first[k]
         return out
 
-    def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
-        rows = self._state_rows
-        if q in rows:
-            rows.move_to_end(q)
-            return rows[q]
+    def _build_row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         based = self._relative_of(q)
-        rows[q] = self._walk(q) if based is None else self._rebased_row(*based)
-        if len(rows) > _ROWS_KEPT:
-            rows.popitem(last=False)
-        return rows[q]
+        return self._walk(q) if based is None else self._rebased_row(*based)
 
     def _walk(self, q, nodes=None) -> tuple[np.ndarray, np.ndarray]:
         """The row of configuration ``q`` by one scan of the trie (of the subtrees of ``nodes``, ``q`` their
         parents' configurations), configurations built as the scan meets them."""
-        configs = self._configs
-        configs.expand([q] if nodes is None else np.unique(q).tolist())
-        walk = GrowingRow(self._trie, q, nodes)
-        while (state := walk.step(configs.table, configs.expanded)) is not None:
-            configs.expand([state])
+        walk = _scan(self._configs, GrowingRow(self._trie, q, nodes), [q] if nodes is None else q)
         self._sync()  # (the boundary tests of the configurations met, before any kernel reads them)
         return walk.tokens, walk.targets
 
@@ -173,19 +162,11 @@ class PushdownGuide(LazyGuide):
         """(tokens, relative targets, exit nodes, their parents' relative configurations) of a relative
         configuration: the tokens read without popping below the base, once per relative configuration; the
         subtrees of the trie where a token pops below it are the base's to read (``_rebased_row``)."""
-        rows = self._relative_rows
-        if rel in rows:
-            rows.move_to_end(rel)
-            return rows[rel]
-        relative = self._relative
-        relative.expand([rel])
-        walk = GrowingRow(self._trie, rel)
-        while (state := walk.step(relative.table, relative.expanded, relative.accepting)) is not None:
-            relative.expand([state])
-        rows[rel] = walk.tokens, walk.targets, walk.exit_nodes, walk.exit_parents
-        if len(rows) > _ROWS_KEPT:
-            rows.popitem(last=False)
-        return rows[rel]
+        def build(rel: int):
+            walk = _scan(self._relative, GrowingRow(self._trie, rel), [rel], exits=True)
+            return walk.tokens, walk.targets, walk.exit_nodes, walk.exit_parents
+
+        return kept(self._relative_rows, rel, build)
 
     def _rebased_row(self, rel: int, base: int) -> tuple[np.ndarray, np.ndarray]:
         """The row of the configuration ``rel`` over ``base``: the relative row's tokens with their targets lifted
@@ -220,6 +201,15 @@ class PushdownGuide(LazyGuide):
     def num_configurations(self) -> int:
         """Configurations of the grammar met so far."""
         return len(self._configs)
+
+
+def _scan(configs: Configurations, walk: GrowingRow, starts, exits: bool = False) -> GrowingRow:
+    """Run ``walk`` over ``configs`` from the configurations ``starts``, building each configuration it stops at
+    (``exits``: a relative scan, ``configs.accepting`` flagging where a token pops below the base)."""
+    configs.expand(np.unique(starts).tolist())
+    while (state := walk.step(configs.table, configs.expanded, configs.accepting if exits else None)) is not None:
+        configs.expand([state])
+    return walk
 
 
 def _bits(flags: np.ndarray) -> int:
