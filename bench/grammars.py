@@ -49,43 +49,15 @@ from automata.grammar.sample import sample  # noqa: E402
 from bpe import compile_tokenizer  # noqa: E402
 from bpe.assets import LLAMA_CPP_GRAMMARS, asset_path, reference_runtime, tokenizer_source  # noqa: E402
 from product import compile_grammar  # noqa: E402
+from tests.automata.test_grammar import CALL as _TEST_CALL  # noqa: E402
+from tests.automata.test_grammar import SELECT as _TEST_SELECT  # noqa: E402
+from tests.product.test_grammar import GRAMMARS as _TEST_GRAMMARS  # noqa: E402
 
 torch.set_num_threads(1)
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
 
-CALL = r"""
-start: _call+
-_call: "<call>" NAME "(" [arg ("," arg)*] ")" "</call>" _NL?
-!arg: NAME "=" (INT | STRING | BOOL)
-BOOL.2: "true" | "false"
-NAME: CNAME
-STRING: "'" /[^'\n]{0,20}/ "'"
-_NL: "\n"
-%import common (CNAME, INT)
-%ignore " "
-"""
-
-SELECT = r"""
-start: "SELECT"i _ws columns _ws "FROM"i _ws NAME (_ws "WHERE"i _ws cond)? ";"
-columns: "*" | NAME ("," " "? NAME)~0..3
-cond: NAME OP (NUMBER | /'[^']*'/)
-OP: "=" | "<" | ">" | "<=" | ">=" | "!="
-_ws: " "+
-NAME: /[a-z][a-z0-9_]*/
-%import common.NUMBER
-"""
-
-
-CALC = r"""
-?start: sum
-?sum: sum "+" product | sum "-" product | product
-?product: product "*" atom | product "/" atom | atom
-?atom: NUMBER | "-" atom | NAME | "(" sum ")"
-NAME: /[a-z_][a-z_0-9]*/
-%import common.NUMBER
-%import common.WS_INLINE
-%ignore WS_INLINE
-"""
+# the Lark grammars the tests hold to Lark's own parser (tests/automata/test_grammar.py, tests/product/test_grammar.py)
+CALL, SELECT, CALC = _TEST_CALL, _TEST_SELECT, _TEST_GRAMMARS["calculator"][0]
 
 
 def grammars() -> list[tuple[str, str, str]]:
@@ -188,6 +160,8 @@ class XGrammar:
         self.vocab_size = canonical.vocab_size
 
     def compile(self, syntax: str, text: str, name: str = ""):
+        if syntax == "json_schema":  # (bench/recursion.py)
+            return self.compiler.compile_json_schema(text)
         if syntax != "gbnf":
             raise NotImplementedError("no Lark front end")
         return self.compiler.compile_grammar(text)

@@ -31,11 +31,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import peers  # noqa: E402
+import grammars  # noqa: E402  (its engines: canonmerge's walk, llguidance's and XGrammar's)
 
 import vegas  # noqa: E402
-from bpe import compile_tokenizer  # noqa: E402
-from bpe.assets import reference_runtime, tokenizer_source  # noqa: E402
+from bpe.assets import reference_runtime  # noqa: E402
 from tests.vegas.test_recursion import CASES, nested  # noqa: E402
 
 torch.set_num_threads(1)
@@ -47,9 +46,11 @@ WRAPS = {"tree": ({"value": 0}, lambda v: {"value": 1, "children": [v, {"value":
 DEPTHS = (1, 2, 6)
 
 
-class Canonmerge:
+class Canonmerge(grammars.Canonmerge):
+    """canonmerge's JSON Schema compile at a recursion bound (None: any depth), walked as bench/grammars.py walks."""
+
     def __init__(self, tokenizer, runtime, max_recursion):
-        self.canonical = compile_tokenizer(tokenizer_source(tokenizer))
+        super().__init__(tokenizer, runtime)
         self.max_recursion = max_recursion
         self.name = "canonmerge, any depth" if max_recursion is None else f"canonmerge, max_recursion={max_recursion}"
         vegas.compile_schema({"type": "integer"}, self.canonical, library_dir=False)  # kernels warm
@@ -58,15 +59,7 @@ class Canonmerge:
         return vegas.compile_schema(schema, self.canonical, max_recursion=self.max_recursion, library_dir=False)
 
     def walk(self, guide, ids, times):
-        out = torch.zeros((1, guide.num_words), dtype=torch.int32)
-        state = guide.initial_state
-        for t in ids + [None]:
-            t0 = time.perf_counter_ns()
-            guide.fill_bitmask([state], out)
-            times.append(time.perf_counter_ns() - t0)
-            if t is None:
-                return guide.is_accepting(state)
-            state = guide.advance(state, t)
+        return super().walk(guide, ids, times, [])
 
     def covers(self, schema, ids):
         """Whether the instance is in the guide's language (the bounded default's stops at its unrolling depth),
@@ -75,37 +68,17 @@ class Canonmerge:
 
 
 class Peer:
-    def __init__(self, tokenizer, runtime, name):
-        self.name = name
-        self.peer = (peers.LLGuidance if name == "llguidance" else peers.XGrammar)(tokenizer, runtime)
-        self.vocab_size = getattr(self.peer, "vocab_size", None) or self.peer.words * 32
+    """A peer of bench/grammars.py given the schema as its own JSON-Schema grammar (any depth)."""
+
+    def __init__(self, tokenizer, runtime, engine_class):
+        self.engine = engine_class(tokenizer, runtime)
+        self.name = self.engine.name
 
     def compile(self, schema):
-        if self.name == "llguidance":
-            lib = self.peer.lib
-            grammar = lib.LLMatcher.grammar_from_json_schema(schema)
-            if lib.LLMatcher(self.peer.tokenizer, grammar).is_error():
-                raise RuntimeError("llguidance refused the schema")
-            return grammar
-        return self.peer.compiler.compile_json_schema(json.dumps(schema))
+        return self.engine.compile("json_schema", json.dumps(schema))
 
     def walk(self, compiled, ids, times):
-        lib = self.peer.lib
-        out = torch.zeros((1, (self.vocab_size + 31) // 32), dtype=torch.int32)
-        matcher = lib.LLMatcher(self.peer.tokenizer, compiled) if self.name == "llguidance" else \
-            lib.GrammarMatcher(compiled)
-        for t in ids + [None]:
-            t0 = time.perf_counter_ns()
-            if self.name == "llguidance":
-                lib.torch.fill_next_token_bitmask(matcher, out, 0)
-            else:
-                matcher.fill_next_token_bitmask(out)
-            times.append(time.perf_counter_ns() - t0)
-            if t is None:
-                return True
-            ok = matcher.consume_token(t) if self.name == "llguidance" else matcher.accept_token(t)
-            if not ok:
-                raise RuntimeError(f"{self.name} rejected token {t}")
+        return self.engine.walk(compiled, ids, times, [])
 
     def covers(self, schema, ids):
         return True
@@ -116,11 +89,11 @@ def run(tokenizers: list[str], repeats: int) -> dict:
     for tokenizer in tokenizers:
         runtime = reference_runtime(tokenizer)
         engines = [Canonmerge(tokenizer, runtime, 3), Canonmerge(tokenizer, runtime, None)]
-        for name in ("llguidance", "xgrammar"):
+        for engine_class in (grammars.LLGuidance, grammars.XGrammar):
             try:
-                engines.append(Peer(tokenizer, runtime, name))
+                engines.append(Peer(tokenizer, runtime, engine_class))
             except ImportError as exc:
-                print(f"{tokenizer}: {name} not installed ({exc})")
+                print(f"{tokenizer}: {engine_class.name} not installed ({exc})")
         for schema_name in sorted(CASES):
             schema = CASES[schema_name][0]
             leaf, wrap = WRAPS[schema_name]
