@@ -59,8 +59,9 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     times a recursive ``$ref`` is unrolled; ``None`` (JSON): any depth, the recursive targets compiled as rules that
     call each other (a ``product.PushdownGuide``, built as it is walked; not stitched from the library). The bounded
     default stays: its guide is stitched from cached fragments and its masks are compiled rows, where a pushdown
-    guide's first visit to each parser configuration costs milliseconds (docs/schemas.md). ``any_depth``: how deep values of ``true`` schemas nest. The other
-    options (``eos_token_ids`` among them) are ``product.compile_regex``'s.
+    guide's first visit to each parser configuration costs milliseconds (docs/schemas.md). ``any_depth``: how deep
+    values of ``true`` schemas nest. The other options (``eos_token_ids`` among them) are
+    ``product.compile_regex``'s.
 
     The guide is stitched from fragments (``product.compile_stitched``) kept in memory and in the on-disk library
     ``library_dir`` (default ``<canonmerge cache>/fragments``; ``False``: memory only), so schemas sharing

@@ -40,7 +40,7 @@ from pathlib import Path
 import product
 import vegas
 from automata import CanonmergeError, from_regex, write_dot
-from automata.grammar import UnsupportedGrammarError, parse_grammar
+from automata.grammar import parse_grammar
 from automata.grammar.pushdown import call_automaton
 from bpe import compile_tokenizer, load_tokenizer
 from bpe.assets import DEFAULT_TOKENIZER, TOKENIZERS, asset_path, reference_runtime, tokenizer_source
@@ -253,12 +253,12 @@ def _constraint(args: argparse.Namespace):
     if args.grammar is not None:
         text, syntax = _read_text(args.grammar, "grammar"), _grammar_syntax(args.grammar, args.syntax)
         depth = args.max_depth
-        try:  # a bad grammar fails here, before any slow step
+        # a bad grammar fails here, before any slow step: its rules written (a recursive one's as its call automaton,
+        # where left recursion fails) or, with a depth bound, its regex
+        if depth is None:
+            call_automaton(parse_grammar(text, syntax))
+        else:
             product.grammar_regex(text, syntax=syntax, max_depth=depth)
-        except UnsupportedGrammarError as exc:
-            if exc.construct != "recursion":
-                raise
-            call_automaton(parse_grammar(text, syntax))  # recursive: its call automaton (left recursion fails)
         return lambda canonical, canonical_only: product.compile_grammar(
             text, canonical, syntax=syntax, max_depth=depth, canonical_only=canonical_only, lazy=lazy and canonical_only)
     if args.syntax is not None or args.max_depth is not None:
