@@ -35,7 +35,6 @@ are not excluded (no regular language can).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import math
@@ -475,14 +474,20 @@ class Compiler:
 
     def _merge(self, a: Alternative, b: Alternative) -> Alternative | None:
         """The alternative satisfying both (None if none can), for allOf and for distributing anyOf/oneOf."""
-        if a.call is not None or b.call is not None:  # a called rule merges only with a choice of types
+        if a.call is not None or b.call is not None:  # a called rule merges only with types that admit it all
             call, other = (a, b) if a.call is not None else (b, a)
             if other.call is not None or any(k not in ANNOTATIONS and k != "type" for k in other.schema):
                 raise UnsupportedSchemaError("a recursive $ref combined with other keywords (allOf, or the "
                                              "keywords beside anyOf/oneOf) with max_recursion=None; pass "
                                              "max_recursion=N", keyword="$ref", pointer=call.pointer)
-            types = tuple(t for t in call.types if t in other.types)
-            return dataclasses.replace(call, types=types) if types else None
+            admitted = [t in other.types or (t == "integer" and "number" in other.types) for t in call.types]
+            if all(admitted):
+                return call
+            if not any(admitted) and not ("number" in call.types and "integer" in other.types):
+                return None  # (no type in common: no instance satisfies both)
+            raise UnsupportedSchemaError(f"a recursive $ref restricted to the types {list(other.types)} of its "
+                                         f"{list(call.types)} with max_recursion=None (the rule is called whole); "
+                                         "pass max_recursion=N", keyword="$ref", pointer=call.pointer)
         sa, sb = a.schema, b.schema
         types = [t for t in a.types if t in b.types or (t == "integer" and "number" in b.types)] + \
             [t for t in b.types if t == "integer" and "number" in a.types and t not in a.types]

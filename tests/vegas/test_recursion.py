@@ -98,8 +98,13 @@ def test_what_recursion_at_any_depth_cannot_compile_is_refused_by_keyword_and_po
     canonical = automaton_of("gpt2")
     beside = {"$defs": {"n": {"type": "object", "properties": {"n": {"$ref": "#/$defs/n", "minProperties": 1}}}},
               "$ref": "#/$defs/n"}
+    # a rule of objects or null, called where only objects are allowed: the call cannot be cut down to a type
+    narrowed = {"$defs": {"n": {"anyOf": [{"type": "null"}, {"type": "object", "properties": {
+        "k": {"type": "object", "anyOf": [{"$ref": "#/$defs/n"}]}}, "additionalProperties": False}]}},
+        "$ref": "#/$defs/n"}
     for schema, style, tokenizer, says in [(TREE, "yaml", "gpt2", "YAML"), (beside, "json", "gpt2", "beside"),
-                                           (TREE, "json", "mistral", "pre-tokenizer")]:
+                                           (TREE, "json", "mistral", "pre-tokenizer"),
+                                           (narrowed, "json", "gpt2", "restricted to the types")]:
         with pytest.raises(UnsupportedSchemaError) as info:
             vegas.compile_schema(schema, automaton_of(tokenizer), style=style, max_recursion=None)
         assert info.value.keyword == "$ref" and says in str(info.value), str(info.value)
