@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
@@ -122,6 +123,15 @@ def _ordered(entries: list[tuple[str, bool]], extra: str | None, sep: str) -> tu
     return acc, not guaranteed
 
 
+_REF_ALONE_DRAFTS = re.compile(r"^https?://json-schema\.org/draft-0[3-7]/schema#?$")
+
+
+def _ref_alone(root) -> bool:
+    """Whether ``root`` declares a draft (3 to 7) in which ``$ref`` replaces the schema it sits in."""
+    declared = root.get("$schema") if isinstance(root, dict) else None
+    return isinstance(declared, str) and _REF_ALONE_DRAFTS.match(declared.strip()) is not None
+
+
 class Compiler:
     """Walks one schema (the root of every ``$ref``) in one style. Regexes are memoised per (node, position)."""
 
@@ -132,6 +142,8 @@ class Compiler:
         if not isinstance(root, (dict, bool)):
             raise SchemaError(f"a schema is an object or a boolean, not {type(root).__name__}", pointer="#")
         self.root, self.style, self.strict = root, style, strict
+        # drafts 3 to 7: "$ref" replaces its schema, every keyword beside it is ignored (2019-09 on: applied too)
+        self.ref_alone = _ref_alone(root)
         self.max_recursion, self.any_depth = max_recursion, any_depth
         self._memo: dict = {}
         # max_recursion=None: recursive $ref targets called, not unrolled (pointer -> (schema, JSON types))
@@ -232,7 +244,7 @@ class Compiler:
         schema = dict(schema)
         if "$ref" in schema:
             target, target_pointer = self.resolve_ref(schema.pop("$ref"), pointer)
-            rest = {k: v for k, v in schema.items() if k not in ANNOTATIONS}
+            rest = {} if self.ref_alone else {k: v for k, v in schema.items() if k not in ANNOTATIONS}
             if self.max_recursion is None and target_pointer in stack:
                 return [self._call(target, target_pointer, pointer, stack, rest)]
             if self.max_recursion is not None and stack.count(target_pointer) >= self.max_recursion:
@@ -389,6 +401,8 @@ class Compiler:
         if not isinstance(negated, dict):
             raise SchemaError(f"not must be a schema, not {json.dumps(negated)[:60]}", keyword="not", pointer=pointer)
         keywords = {k: v for k, v in negated.items() if k not in ANNOTATIONS}
+        if self.ref_alone and "$ref" in keywords:
+            keywords = {"$ref": keywords["$ref"]}
         if depth > _MAX_NEGATION_DEPTH or "additionalProperties" in keywords or "patternProperties" in keywords:
             return None
         parts = []

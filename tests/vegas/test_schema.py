@@ -370,6 +370,24 @@ def _assert_agrees_with_validator(schema, instances, style, validator_class=json
 
 
 @pytest.mark.parametrize("style", STYLES)
+@pytest.mark.parametrize("draft", ["http://json-schema.org/draft-04/schema#", "http://json-schema.org/draft-07/schema#",
+                                   "https://json-schema.org/draft/2019-09/schema", None])
+def test_keywords_beside_a_ref_follow_the_declared_draft(style, draft):
+    """Up to draft 7 a ``$ref`` replaces the schema it sits in (``required`` beside it is ignored, in ``not`` too);
+    from 2019-09 on, and with no ``$schema``, the keywords beside it apply as well. The oracle is the validator of
+    the declared draft."""
+    schema = {"type": "object", "required": ["w"], "definitions": {"w": {"properties": {"id": {"type": "string"}}}},
+              "properties": {"w": {"type": "object", "required": ["cfg"], "$ref": "#/definitions/w"},
+                             "n": {"not": {"required": ["a"], "$ref": "#/definitions/w"}}}}
+    if draft is not None:
+        schema["$schema"] = draft
+    validator_class = jsonschema.validators.validator_for(schema, default=jsonschema.Draft202012Validator)
+    _assert_agrees_with_validator(schema, [{"w": {"id": "x"}}, {"w": {"id": "x", "cfg": 1}}, {"w": {"id": 1}},
+                                           {"w": {"id": "x", "cfg": 1}, "n": {"b": 1}}, {"w": {"cfg": 2}, "n": 3},
+                                           {"w": {"cfg": 2}, "n": {"a": 1, "id": 2}}, {}], style, validator_class)
+
+
+@pytest.mark.parametrize("style", STYLES)
 def test_not_of_a_type_or_of_required_agrees_with_the_validator(style):
     """``not`` written positively: a ``type`` alone is its complement (``number`` takes ``integer`` with it), a
     ``required`` alone an object lacking one of the names (anything else satisfies ``required``, so is rejected);
