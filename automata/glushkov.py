@@ -9,16 +9,21 @@ patterns, e.g. 4.4 of the IPv4 regex's 5.7 ms). Here the tree is read once:
 1. every character-group occurrence becomes a *position*; ``x{m,n}`` copies its operand m times, then n - m
    nested optional times (``x(x(x)?)?``), ``x*`` and ``x{m,}`` loop the last copy;
 2. each subtree yields (nullable, first positions, last positions) and records ``follow[p]``, the positions that
-   may come right after position p (sets are Python ints used as bitsets);
+   may come right after position p (as lists: different subtrees hold different positions, so unions are
+   concatenations);
 3. the characters the pattern names are grouped into classes by the set of positions that accept them; the
    characters it never names are one more class (interegular's ``anything_else``);
 4. subset construction from a virtual start position whose follow set is the root's first positions: compiled,
-   over follow lists (``_subsets_kernel``), or over the bitsets where follow sets are too large to list.
+   over follow lists (``_subsets_kernel``), or over bitsets for small patterns.
 
-Follow sets are sparse in the regexes ``product.stitched`` writes (two positions each on average), and a
-subset state over Python-int bitsets costs operations on P-bit ints: a YAML fragment of 26,070 positions and
-21,270 states took 2.8 s that way, 0.65 s now (the rest is steps 1-3); MaskBench's o41692 in YAML on Llama-3
-compiled cold in 30 s, 17.5 s now.
+Follow sets are sparse in the regexes ``product.stitched`` writes (two positions each on average), so they are
+lists, and the subset construction runs compiled over them; small patterns (under 128 positions) use Python-int
+bitsets, whose setup is cheaper. Long groups come back in every fragment of a schema (a JSON string's body, "any
+value"): ``automata.parse`` reads each once per process and shares its tree, and step 2 numbers a subtree it has
+met twice by copying what it did (``_Subtrees``). On the 149 fragment regexes of four MaskBench schemas
+(Kubernetes kb_1020, Github o64619, o10927, o10079; 336k characters) this construction took 920 ms with
+bitsets and no sharing, 640 ms with lists, 377 ms with shared subtrees; the whole byte DFAs with exits
+(``from_regex_exits``) 1,756 -> 783 ms.
 
 The result is the same language as interegular's FSM (tests compare the minimal DFAs on many patterns), not
 necessarily the same states: the caller minimises.
@@ -41,7 +46,7 @@ from automata.budget import checkpoint
 from automata.dfa import MISSING
 from automata.errors import RegexError, StateLimitError
 
-__all__ = ["CharDFA", "char_dfa", "check_positions"]
+__all__ = ["CharDFA", "char_dfa", "check_length", "check_positions"]
 
 
 class CharDFA(NamedTuple):
@@ -59,42 +64,74 @@ class _Unsupported(Exception):
     """A node or flag this construction leaves to interegular."""
 
 
-_Triple = tuple[bool, int, int]  # (nullable, first positions, last positions)
+_Triple = tuple[bool, list, list]  # (nullable, first positions, last positions)
+_NONE: list = []  # (an empty position list, shared: lists in triples are never changed in place)
 _MULTILINE, _CASE_INSENSITIVE, _SINGLE_LINE = (f.value for f in (REFlags.MULTILINE, REFlags.CASE_INSENSITIVE,
                                                                  REFlags.SINGLE_LINE))
 
 
 class _Positions:
-    """Step 1-2: numbers the positions of a tree and collects their character sets and follow sets."""
+    """Step 1-2: numbers the positions of a tree and collects their character sets and follow lists.
+
+    Position sets are lists: the positions of different subtrees are different, so a union of alternatives or
+    of a concatenation's ends is a concatenation of lists, and ``link`` costs the follow entries it adds. (As
+    P-bit ints every operation cost O(P): listing the follow sets of Kubernetes kb_1020's 16 fragment regexes took
+    93 ms that way, a third of their DFAs.) A follow list may name a position twice (a loop linked again);
+    step 4 reads each once."""
 
     def __init__(self, max_positions: int):
         self.max_positions = max_positions
         self.chars: list[frozenset] = []  # per position: the characters it names
         self.negated: list[bool] = []  # ... and whether it accepts every character but those
-        self.follow: list[int] = []
+        self.follow: list[list[int]] = []
+        self.entries = 0  # follow entries so far (at most ``_MAX_FOLLOW_ENTRIES``)
 
     def position(self, chars: frozenset, negated: bool) -> _Triple:
         p = len(self.chars)
         if p >= self.max_positions:
             raise _too_many_positions(self.max_positions)
         if not p & 1023:
-            checkpoint()  # the compile's budget (``automata.budget``): follow sets grow as P^2
+            checkpoint()  # the compile's budget (``automata.budget``)
         self.chars.append(chars)
         self.negated.append(negated)
-        self.follow.append(0)
-        return False, 1 << p, 1 << p
+        self.follow.append([])
+        one = [p]
+        return False, one, one
 
-    def link(self, last: int, first: int) -> None:
+    def link(self, last: list, first: list) -> None:
         """Every position of ``last`` may be followed by every position of ``first``."""
-        while last:
-            low = last & -last
-            self.follow[low.bit_length() - 1] |= first
-            last ^= low
+        if first:
+            self.entries += len(last) * len(first)
+            if self.entries > _MAX_FOLLOW_ENTRIES:
+                raise StateLimitError(f"more than {_MAX_FOLLOW_ENTRIES:,} follow entries between character positions "
+                                      "(a loop over many alternatives)")
+            follow = self.follow
+            for p in last:
+                follow[p] += first
+
+    def block(self, offset: int, nullable: bool, first: list, last: list) -> tuple:
+        """What visiting a subtree did, its positions counted from ``offset`` (only links inside it so far)."""
+        follow = tuple(tuple(q - offset for q in f) for f in self.follow[offset:])
+        return (tuple(self.chars[offset:]), tuple(self.negated[offset:]), follow, sum(map(len, follow)), nullable,
+                tuple(p - offset for p in first), tuple(p - offset for p in last))
+
+    def replay(self, block: tuple) -> _Triple:
+        """A subtree numbered again from here, copied from its ``block``."""
+        chars, negated, follow, entries, nullable, first, last = block
+        offset = len(self.chars)
+        if offset + len(chars) > self.max_positions:
+            raise _too_many_positions(self.max_positions)
+        checkpoint()
+        self.entries += entries
+        self.chars += chars
+        self.negated += negated
+        self.follow += [[q + offset for q in f] for f in follow]
+        return nullable, [p + offset for p in first], [p + offset for p in last]
 
     def then(self, a: _Triple, b: _Triple) -> _Triple:
         """The concatenation of a and b."""
         self.link(a[2], b[1])
-        return a[0] and b[0], a[1] | (b[1] if a[0] else 0), b[2] | (a[2] if b[0] else 0)
+        return a[0] and b[0], a[1] + b[1] if a[0] else a[1], b[2] + a[2] if b[0] else b[2]
 
     def visit(self, node, flags: int) -> _Triple:
         """(nullable, first, last) of ``node`` under ``flags`` (``REFlags`` as an int: enum operations cost
@@ -109,28 +146,40 @@ class _Positions:
                 chars = frozenset({*(c.lower() for c in chars), *(c.upper() for c in chars)})
             return self.position(chars, node.negated)
         if kind is _Concatenation:
-            result = (True, 0, 0)
+            result = (True, _NONE, _NONE)
             for part in node.parts:
                 result = self.then(result, self.visit(part, flags))
             return result
         if kind is Pattern:  # alternation, possibly changing flags
+            key = (id(node), flags)
+            seen = _SUBTREES.table.get(key)
+            if seen is not None and seen[0] is node and seen[1] is not None:
+                return self.replay(seen[1])
             flags = (flags | node.added_flags.value) & ~node.removed_flags.value
-            nullable, first, last = False, 0, 0
+            offset = len(self.chars)
+            nullable, first, last = False, [], []
             for option in node.options:
                 option_nullable, option_first, option_last = self.visit(option, flags)
-                nullable, first, last = nullable or option_nullable, first | option_first, last | option_last
+                nullable = nullable or option_nullable
+                first += option_first
+                last += option_last
+            if len(self.chars) - offset >= _BLOCK_POSITIONS:
+                if seen is not None and seen[0] is node:  # the second time: kept, to be copied from now on
+                    _SUBTREES.table[key] = (node, self.block(offset, nullable, first, last))
+                else:
+                    _SUBTREES.seen(key, node, len(self.chars) - offset)
             return nullable, first, last
         if kind is _Repeated:
             if node.max is not None and node.min > node.max:
                 raise RegexError(f"repetition {{{node.min},{node.max}}}: the minimum exceeds the maximum")
-            result = (True, 0, 0)
+            result = (True, _NONE, _NONE)
             for _ in range(node.min):
                 result = self.then(result, self.visit(node.base, flags))
             if node.max is None:  # x{m,}: one more copy that loops
                 nullable, first, last = self.visit(node.base, flags)
                 self.link(last, first)
                 return self.then(result, (True, first, last))
-            optional = (True, 0, 0)  # x{0,k} as (x(x(...)?)?)?, built from the inside out
+            optional = (True, _NONE, _NONE)  # x{0,k} as (x(x(...)?)?)?, built from the inside out
             for _ in range(node.max - node.min):
                 _, first, last = self.then(self.visit(node.base, flags), optional)
                 optional = (True, first, last)
@@ -138,13 +187,26 @@ class _Positions:
         if node is _DOT:  # any character but a newline, unless the single-line flag is set
             return self.position(frozenset() if flags & _SINGLE_LINE else frozenset("\n"), True)
         if node is _EMPTY:
-            return True, 0, 0
+            return True, _NONE, _NONE
         raise _Unsupported  # lookarounds
 
 
 def _too_many_positions(cap: int) -> StateLimitError:
     return StateLimitError(f"more than {cap} character positions (max_states, or {_MAX_POSITIONS} at most: the "
                            f"follow sets would not fit in memory)")
+
+
+def check_length(pattern: str, max_states: int) -> None:
+    """Raises ``char_dfa``'s ``StateLimitError`` before parsing when ``pattern`` is longer than
+    ``_CHARS_PER_POSITION`` characters per position it could number: its positions would be past the cap in any
+    regex written as schemas and grammars write them (~5 characters a position: a JSON string's body is ~50
+    characters for 10), and reading it would take seconds first (a 29M-character schema regex parsed in 51 s
+    before ``check_positions`` could refuse it)."""
+    cap = min(4 * max_states, _MAX_POSITIONS)
+    if len(pattern) > _CHARS_PER_POSITION * cap:
+        raise StateLimitError(f"a regex of {len(pattern):,} characters: more than {_CHARS_PER_POSITION} characters "
+                              f"for each of the {cap} character positions a compile numbers at most (max_states, "
+                              f"or {_MAX_POSITIONS} at most)")
 
 
 def check_positions(tree: Pattern, max_states: int) -> None:
@@ -227,13 +289,13 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     # root's first positions. Classes are tried in increasing order, so states are numbered as a walk over every
     # class would number them.
     follow = positions.follow + [first]
-    sizes = [f.bit_count() for f in follow]
+    sizes = [len(f) for f in follow]
     if sparse is None:
         # Follow sets as lists cost their entries (two per position in a JSON fragment's regex); as bitsets, each
         # subset state costs a few operations on P-bit ints, O(P) each. A YAML fragment of MaskBench's o41692
         # (26,070 positions, 21,270 states): 2.8 s as bitsets. Below ~128 positions the bitsets are small and the
         # lists' setup costs more (a 97-character key set: 0.65 ms as bitsets, 0.76 as lists).
-        sparse = num_positions >= _SPARSE_POSITIONS and sum(sizes) <= _SPARSE_ENTRIES
+        sparse = num_positions >= _SPARSE_POSITIONS
     if sparse:
         sources, classes, targets, accepting = _sparse_subsets(follow, sizes, classes_of, num_classes, last,
                                                                max_states)
@@ -245,34 +307,44 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     return CharDFA(class_target, accepting, 0, mapping)
 
 
-# Positions at most, whatever max_states: a follow set is a Python int as wide as the positions before it, so P
-# positions hold ~P^2/16 bytes of them (a 1.2M-character schema regex reached 14 GB at ~300k positions before its
-# StateLimitError; capped here it fails in 5 s at 1.4 GB). The largest fragment regexes compiled have ~26k.
+# Positions at most, whatever max_states: numbering them is a walk over the tree in Python, and the subset
+# construction's states hold lists of them (a 1.2M-character schema regex once reached 14 GB at ~300k positions
+# before its StateLimitError; capped here it fails in seconds). The largest fragment regexes compiled have ~26k.
 _MAX_POSITIONS = 120_000
+_CHARS_PER_POSITION = 16  # characters of pattern per position at most (``check_length``)
 _SPARSE_POSITIONS = 128  # positions at least for the sparse subset construction
-_SPARSE_ENTRIES = 1 << 25  # follow entries at most for it (int64 arrays: 256 MB)
+class _Subtrees:
+    """Alternations (groups) numbered in this process: (node id, flags) -> (node, its block, or None where seen
+    once). An alternation of ``_BLOCK_POSITIONS`` positions or more is numbered by copying once it has been seen
+    twice (``_Positions.replay``): ``automata.parse`` shares the trees of long groups between patterns, and a
+    schema's fragments repeat the same ones dozens of times (a JSON string's body, "any value"). The node is kept
+    beside its id, so the id names it while it is held; all is dropped past ``_MAX_KEPT_POSITIONS``."""
+
+    def __init__(self):
+        self.table: dict[tuple[int, int], tuple] = {}
+        self.positions = 0
+
+    def seen(self, key: tuple[int, int], node, size: int) -> None:
+        if self.positions + size > _MAX_KEPT_POSITIONS:
+            self.table.clear()
+            self.positions = 0
+        self.positions += size
+        self.table[key] = (node, None)
 
 
-def _positions_of(bits: int) -> list[int]:
-    """The set bits of ``bits``, ascending (taken from the top: the int shrinks as they go)."""
-    out = []
-    while bits:
-        top = bits.bit_length() - 1
-        out.append(top)
-        bits ^= 1 << top
-    out.reverse()
-    return out
+_BLOCK_POSITIONS = 16
+_MAX_KEPT_POSITIONS = 1 << 20
+_SUBTREES = _Subtrees()
+_MAX_FOLLOW_ENTRIES = 1 << 25  # follow entries at most (int64 arrays: 256 MB)
 
 
-def _sparse_subsets(follow: list[int], sizes: list[int], classes_of: list[list[int]], num_classes: int, last: int,
-                    max_states: int):
+def _sparse_subsets(follow: list[list[int]], sizes: list[int], classes_of: list[list[int]], num_classes: int,
+                    last: list[int], max_states: int):
     """Step 4 over follow and class lists (compiled: ``_subsets_kernel``): edges (sources, classes, targets) and
-    per state whether it holds a last position. ``sizes``: the follow sets' sizes (most are one position: its bit
-    is the top one)."""
-    follow_lists = [[f.bit_length() - 1] if k == 1 else _positions_of(f) for f, k in zip(follow, sizes)]
+    per state whether it holds a last position. ``sizes``: the follow lists' lengths."""
     follow_start = np.zeros(len(follow) + 1, dtype=np.int64)
     np.cumsum(sizes, out=follow_start[1:])
-    follow_pos = np.fromiter(itertools.chain.from_iterable(follow_lists), dtype=np.int64, count=int(follow_start[-1]))
+    follow_pos = np.fromiter(itertools.chain.from_iterable(follow), dtype=np.int64, count=int(follow_start[-1]))
     class_start = np.zeros(len(classes_of) + 1, dtype=np.int64)
     np.cumsum([len(c) for c in classes_of], out=class_start[1:])
     class_pos = np.fromiter(itertools.chain.from_iterable(classes_of), dtype=np.int64, count=int(class_start[-1]))
@@ -281,10 +353,18 @@ def _sparse_subsets(follow: list[int], sizes: list[int], classes_of: list[list[i
     if not ok:
         raise StateLimitError(f"more than max_states={max_states} character states")
     is_last = np.zeros(len(follow), dtype=bool)
-    is_last[_positions_of(last)] = True
+    is_last[last] = True
     # every state holds at least one position, so each reduceat segment is its own
     accepting = np.logical_or.reduceat(is_last[state_pos[:state_start[-1]]], state_start[:-1])
     return sources, classes, targets, accepting
+
+
+def _bits(positions: list[int]) -> int:
+    """A list of positions as a bitset (small patterns: ``_bitset_subsets``)."""
+    bits = 0
+    for p in positions:
+        bits |= 1 << p
+    return bits
 
 
 @njit(cache=True, nogil=True)
@@ -439,9 +519,12 @@ def _grown(array, need):
     return out
 
 
-def _bitset_subsets(follow: list[int], classes_of: list[list[int]], num_classes: int, last: int, max_states: int):
+def _bitset_subsets(follow_lists: list[list[int]], classes_of: list[list[int]], num_classes: int,
+                    last_positions: list[int], max_states: int):
     """Step 4 over bitsets (Python ints), for small patterns and follow sets too large to list: edges (sources,
     classes, targets) and per state whether it holds a last position."""
+    follow = [_bits(f) for f in follow_lists]
+    last = _bits(last_positions)
     members = [bytearray((len(follow) + 7) // 8) for _ in range(num_classes)]  # (an int built bit by bit: O(P^2))
     class_bits = []
     for p, classes in enumerate(classes_of):

@@ -34,6 +34,11 @@ _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ
 
 
 _CLASSES: dict[str, _CharGroup] = {}  # a class's text (between the brackets) -> its group
+_GROUPS: dict[str, Pattern] = {}  # a long group's text (with its parentheses) -> its tree, across patterns
+_GROUP_MEMO_CHARS = 64  # groups at least this long are looked up in ``_GROUPS``
+_MAX_GROUP_CHARS = 1 << 23  # characters of the groups kept, in all (nested groups each keep their text)
+_GROUP_CHARS = 0
+_GROUP_TOKENS = re.compile(r"\\.|\[(?:\\.|[^\]\\])*\]|[()]", re.S)  # escapes and classes hide their parentheses
 _LITERALS: dict[str, _CharGroup] = {}  # a character -> the group of that character alone (groups are immutable)
 
 
@@ -72,10 +77,28 @@ def _combine(groups: list[_CharGroup], negate: bool) -> _CharGroup:
     return _CharGroup(frozenset(positive - negative), negate)
 
 
+def _closing_parentheses(pattern: str) -> dict[int, int]:
+    """Per opening parenthesis of a group, the index of the one closing it."""
+    closing, open_at = {}, []
+    for token in _GROUP_TOKENS.finditer(pattern):
+        if token.group() == "(":
+            open_at.append(token.start())
+        elif token.group() == ")" and open_at:
+            closing[open_at.pop()] = token.start()
+    return closing
+
+
 class _Reader:
+    """One pass over a pattern. A group of ``_GROUP_MEMO_CHARS`` characters or more is read once per process and
+    its tree shared (``_GROUPS``): the fragments of a schema repeat the same long groups (a JSON string's body,
+    "any value", a free key), and ``automata.glushkov`` numbers the positions of a tree it has seen by copying."""
+
     def __init__(self, pattern: str, runs: Callable[[str], str] | None = None):
         self.s, self.i, self.runs = pattern, 0, runs
         self.steps = 0  # characters read, for the budget checks
+        # (the trees of groups are shared only where runs are not read: runs change what a text's tree is)
+        self.closing = _closing_parentheses(pattern) if runs is None and len(pattern) >= 2 * _GROUP_MEMO_CHARS \
+            else None
 
     def alternation(self) -> Pattern:
         options = [self.concatenation()]
@@ -93,15 +116,7 @@ class _Reader:
             if not self.steps & 255:
                 checkpoint()  # the compile's budget (``automata.budget``): a schema's regex can be 1M characters
             if c == "(":
-                if s.startswith("?:", self.i):
-                    self.i += 2
-                elif s[self.i] == "?":
-                    raise _Other  # lookarounds, flags, named groups
-                inner = self.alternation()
-                if s[self.i] != ")":
-                    raise _Other
-                self.i += 1
-                base = inner
+                base = self.group()
             elif c == "[":
                 base = self.cached_class()
             elif c == "\\":
@@ -132,6 +147,33 @@ class _Reader:
         if run:
             parts.extend(map(_literal, self.runs("".join(run))))
         return _Concatenation(tuple(parts))
+
+    def group(self) -> Pattern:
+        """The group opening before the cursor (shared with earlier patterns where it is long)."""
+        s, opening = self.s, self.i - 1
+        close = self.closing.get(opening, -1) if self.closing is not None else -1
+        text = s[opening:close + 1] if close - opening >= _GROUP_MEMO_CHARS else None
+        if text is not None:
+            found = _GROUPS.get(text)
+            if found is not None:
+                self.i = close + 1
+                return found
+        if s.startswith("?:", self.i):
+            self.i += 2
+        elif s[self.i] == "?":
+            raise _Other  # lookarounds, flags, named groups
+        inner = self.alternation()
+        if s[self.i] != ")":
+            raise _Other
+        self.i += 1
+        if text is not None and self.i == close + 1:
+            global _GROUP_CHARS
+            if len(_GROUPS) >= 4096 or _GROUP_CHARS + len(text) > _MAX_GROUP_CHARS:
+                _GROUPS.clear()
+                _GROUP_CHARS = 0
+            _GROUPS[text] = inner
+            _GROUP_CHARS += len(text)
+        return inner
 
     def quantified(self, base):
         s = self.s

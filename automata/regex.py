@@ -148,6 +148,7 @@ def shown(pattern: str, most: int = 300) -> str:
 def char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
     """The character-class DFA of ``pattern`` (``glushkov``, or interegular's construction for lookaheads)."""
     try:
+        glushkov.check_length(pattern, max_states)
         tree = parse.read(pattern) or interegular.parse_pattern(pattern)
         glushkov.check_positions(tree, max_states)
         return glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)

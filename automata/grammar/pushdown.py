@@ -133,6 +133,7 @@ def _trimmed(table: np.ndarray, accepting: np.ndarray, calls: np.ndarray,
 
 def _rule_dfa(pattern: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, int]]]:
     """(byte table, accepting, start, calls (state, rule, return state)) of one rule's regex with call markers."""
+    glushkov.check_length(pattern, max_states)
     markers = frozenset(c for c in pattern if is_call_marker(c))
     tree = parse.read(pattern) or interegular.parse_pattern(pattern)
     tree = _markers_unmatched(tree, markers, pattern)

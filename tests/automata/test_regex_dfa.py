@@ -211,6 +211,23 @@ def test_positions_are_capped_whatever_max_states(monkeypatch):
     assert from_regex(r"(?:x(y|z)*){333}", max_states=1_000_000).accepts(list(b"xyz" * 333)) and numbered
 
 
+def test_patterns_too_long_for_the_position_cap_are_refused_before_parsing(monkeypatch):
+    """A pattern longer than 16 characters for each position the cap allows is refused before it is read (a
+    29M-character schema regex took 51 s to parse); a long pattern within that ratio compiles."""
+    from automata import glushkov, parse
+
+    monkeypatch.setattr(glushkov, "_MAX_POSITIONS", 1000)
+    read = []
+    real_read = parse.read
+    monkeypatch.setattr(parse, "read", lambda pattern: read.append(1) or real_read(pattern))
+    with pytest.raises(StateLimitError, match="16,001 characters"):
+        from_regex("a" * 16_001, max_states=1_000_000)
+    with pytest.raises(StateLimitError, match="characters"):
+        from_regex("[0-9a-zA-Z_]" * 1334, max_states=1_000_000)
+    assert not read
+    assert from_regex("(?:[0-9a-z]|[_-])" * 400, max_states=1_000_000).accepts(list(b"a" * 400)) and read
+
+
 def test_multibyte_characters_become_byte_paths():
     dfa = from_regex(r"é")
     assert dfa.accepts(list("é".encode())) and dfa.num_states == 3
@@ -288,6 +305,39 @@ def test_position_construction_agrees_on_random_regexes(pattern):
     assert (positions is None) == (reference is None)
     if positions is not None:
         assert _same_dfa(positions, reference)
+
+
+@settings(max_examples=60, deadline=None)
+@given(inner=st.recursive(_atom, _regex, max_leaves=8), outer=st.recursive(_atom, _regex, max_leaves=4),
+       case=st.booleans())
+def test_long_groups_shared_between_patterns_give_the_same_dfas(inner, outer, case):
+    """A long group read once (``automata.parse``) and numbered by copying once seen twice (``glushkov``) gives
+    each pattern the DFA it gets read and numbered afresh: the group three times in one pattern, then in others,
+    under the case-insensitive flag or not, against the same patterns with both memos cleared before each."""
+    import automata.glushkov as glushkov
+    import automata.parse as parse
+
+    group = f"(?:{inner}|[0-9]{{2}}(x|y|z)w+({inner})*|{'q' * 70})"  # (>= 64 characters, >= 16 positions)
+    flag = "(?i:" if case else "(?:"
+    patterns = [f"{group}{outer}{group}*,{group}", f"{outer}({group}|{outer})", f"{flag}{group}){group}",
+                f"a{group}{{0,2}}"]
+
+    def compiled(fresh: bool):
+        dfas = []
+        for pattern in patterns:
+            if fresh:
+                parse._GROUPS.clear()
+                glushkov._SUBTREES.table.clear()
+            try:
+                dfas.append(from_regex(pattern, max_states=20_000))
+            except (EmptyLanguageError, StateLimitError) as error:
+                dfas.append(type(error))
+        return dfas
+
+    shared = compiled(False) + compiled(False)  # (the second pass copies what the first kept)
+    fresh = compiled(True)
+    for a, b in zip(shared, fresh + fresh):
+        assert a == b if isinstance(b, type) else _same_dfa(a, b)
 
 
 def test_lookaheads_use_interegulars_construction():
