@@ -394,7 +394,7 @@ def _compile_lazy_fragment(regex: str, entry_context: int, dead_exits: frozenset
     ends, exit_live = _exit_tables(exit_of, exit_sets, (dfa.transitions != MISSING).any(axis=1), dead_exits,
                                    canonical.num_contexts)
     guide = LazyGuide(dfa, canonical, eos_token_ids=list(eos), cache_size=1, name="fragment",
-                      start_context=entry_context, ends=ends, exit_live=exit_live)
+                      start_context=entry_context, ends=ends, exit_live=exit_live, first_mask=False)
     cut = np.array([any(k >= 1 for k in e) for e in exit_sets] + [False], dtype=bool)[exit_of]
     after_byte = _contexts_after_byte(canonical)
     exits = []

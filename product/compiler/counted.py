@@ -403,6 +403,26 @@ def _grouped_trie(trie: VocabularyTrie, class_of_byte: np.ndarray):
     return grouped
 
 
+# ASCII punctuation, space and line breaks each in a class of its own (``_byte_classes``)
+_APART = np.zeros(256, dtype=np.int32)
+for _b in b" \t\n\r!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~":
+    _APART[_b] = _b + 1
+
+
+def _byte_classes(transitions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(a representative byte per class, the class of each byte): the bytes ``transitions`` reads alike, with
+    punctuation and whitespace apart, numbered by their first byte. The same string body before different
+    punctuation (``"..."{1,255}`` then ``,`` or ``}`` or ``]}``, a schema's fragments) then reads the same classes,
+    so its grouped trie is built once (``_grouped_trie``): 6 counted fragments of Github o9785 on Llama-3 took
+    100-276 ms each, ~114 of them in ``by_class``."""
+    columns = np.concatenate([transitions.T, _APART[:, None]], axis=1)
+    first, inverse = unique_rows(columns)
+    order = np.argsort(first)
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[inverse]
+
+
 def _walk_counted(dfa, labels, label_table, bounds, trie: VocabularyTrie, max_entries: int,
                   bound: np.ndarray) -> CountedTransitions:
     S = dfa.num_states
@@ -414,7 +434,7 @@ def _walk_counted(dfa, labels, label_table, bounds, trie: VocabularyTrie, max_en
     P = max_count + 1
     vocab_size = trie.vocab_size
     # as TokenTransitions.build: walk the trie of byte-class sequences (tokens that read alike share a path)
-    representative, class_of_byte = unique_rows(dfa.transitions.T)
+    representative, class_of_byte = _byte_classes(dfa.transitions)
     grouped = _grouped_trie(trie, class_of_byte.astype(np.uint8)) if len(representative) < 256 else None
     if grouped is not None:
         trie, members, member_bounds = grouped

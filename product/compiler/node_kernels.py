@@ -457,36 +457,43 @@ def open_edges(tokens, targets, inside_row, boundary_row, accepting, context_fin
     ``inside_row`` / ``boundary_row`` of next contexts, -1 where none): X edges (boundary only), then Y (inside),
     then Z (inside tokens that may also follow a boundary, to their boundary context). Returns tokens, target
     states, target contexts, kind (0 X, 1 Y, 2 Z) and whether each target is settled (the text may end there, or
-    ``break_possible``)."""
-    count = 0
+    ``break_possible``). Two passes over the row: one counting each kind, one writing each edge at its kind's next
+    place (a free string's row is most of the vocabulary: a pass per kind took ~1.3 ms of every such node on
+    Llama-3)."""
+    x = y = z = 0
     for i in range(len(tokens)):
         t = tokens[i]
         inside, boundary = inside_row[t], boundary_row[t]
-        count += (inside >= 0) + (boundary >= 0)
+        if inside >= 0:
+            y += 1
+            if boundary >= 0:
+                z += 1
+        elif boundary >= 0:
+            x += 1
+    count = x + y + z
     out_t = np.empty(count, dtype=np.int64)
     out_q = np.empty(count, dtype=np.int64)
     out_c = np.empty(count, dtype=np.int64)
     kind = np.empty(count, dtype=np.int8)
     is_settled = np.empty(count, dtype=np.bool_)
-    k = 0
-    for which in range(3):
-        for i in range(len(tokens)):
-            t = tokens[i]
-            inside, boundary = inside_row[t], boundary_row[t]
-            if which == 0:
-                if inside >= 0 or boundary < 0:
-                    continue
-                ctx = boundary
-            elif which == 1:
-                if inside < 0:
-                    continue
-                ctx = inside
-            else:
-                if inside < 0 or boundary < 0:
-                    continue
-                ctx = boundary
-            q = targets[i]
-            out_t[k], out_q[k], out_c[k], kind[k] = t, q, ctx, which
-            is_settled[k] = settled(q, ctx, accepting, context_final, break_possible, num_open)
-            k += 1
+    at_x, at_y, at_z = 0, x, x + y
+    for i in range(len(tokens)):
+        t = tokens[i]
+        inside, boundary = inside_row[t], boundary_row[t]
+        if inside < 0 and boundary < 0:
+            continue
+        q = targets[i]
+        if inside < 0:
+            k, ctx, which = at_x, boundary, 0
+            at_x += 1
+        else:
+            k, ctx, which = at_y, inside, 1
+            at_y += 1
+        out_t[k], out_q[k], out_c[k], kind[k] = t, q, ctx, which
+        is_settled[k] = settled(q, ctx, accepting, context_final, break_possible, num_open)
+        if inside >= 0 and boundary >= 0:
+            k = at_z
+            at_z += 1
+            out_t[k], out_q[k], out_c[k], kind[k] = t, q, boundary, 2
+            is_settled[k] = settled(q, boundary, accepting, context_final, break_possible, num_open)
     return out_t, out_q, out_c, kind, is_settled

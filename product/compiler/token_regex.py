@@ -51,6 +51,12 @@ class VocabularyTrie:
     def num_nodes(self) -> int:
         return len(self.node_byte)
 
+    @cached_property
+    def max_depth(self) -> int:
+        """The deepest node's depth (the longest token's bytes): one pass over ``node_depth`` (~50 µs at 128k tokens,
+        once per lazy row otherwise)."""
+        return int(self.node_depth.max()) if len(self.node_depth) else 0
+
     @staticmethod
     def build(token_bytes: list[bytes | None]) -> "VocabularyTrie":
         ids = np.array([i for i, b in enumerate(token_bytes) if b], dtype=np.int64)
@@ -546,7 +552,7 @@ class GrowingRow:
             self.parents = np.asarray(states, dtype=np.int64)
             size = int((trie.token_lo[self.ends] - trie.token_lo[self.starts]).sum())
         self.node = int(self.starts[0]) if len(self.starts) else 0
-        self.state_at = np.empty(int(trie.node_depth.max()) + 1, dtype=np.int64)
+        self.state_at = np.empty(trie.max_depth + 1, dtype=np.int64)
         self.tokens, self.targets = np.empty(size, np.int32), np.empty(size, np.int32)
         self.exit_nodes, self.exit_parents, self.num_exits = np.empty(64, np.int64), np.empty(64, np.int64), 0
 
