@@ -110,23 +110,29 @@ class _Positions:
                 follow[p] += first
 
     def block(self, offset: int, nullable: bool, first: list, last: list) -> tuple:
-        """What visiting a subtree did, its positions counted from ``offset`` (only links inside it so far)."""
-        follow = tuple(tuple(q - offset for q in f) for f in self.follow[offset:])
-        return (tuple(self.chars[offset:]), tuple(self.negated[offset:]), follow, sum(map(len, follow)), nullable,
-                tuple(p - offset for p in first), tuple(p - offset for p in last))
+        """What visiting a subtree did, from position ``offset`` on (only links inside it so far): its follow
+        entries as one array and where each position's start, to be shifted at once."""
+        follow = self.follow[offset:]
+        sizes = [len(f) for f in follow]
+        flat = np.fromiter(itertools.chain.from_iterable(follow), dtype=np.int64, count=sum(sizes))
+        bounds = list(itertools.accumulate(sizes, initial=0))
+        return (tuple(self.chars[offset:]), tuple(self.negated[offset:]), flat, tuple(zip(bounds, bounds[1:])),
+                offset, nullable, np.array(first, dtype=np.int64), np.array(last, dtype=np.int64))
 
     def replay(self, block: tuple) -> _Triple:
         """A subtree numbered again from here, copied from its ``block``."""
-        chars, negated, follow, entries, nullable, first, last = block
+        chars, negated, flat, spans, base, nullable, first, last = block
         offset = len(self.chars)
         if offset + len(chars) > self.max_positions:
             raise _too_many_positions(self.max_positions)
         checkpoint()
-        self.entries += entries
+        self.entries += len(flat)
         self.chars += chars
         self.negated += negated
-        self.follow += [[q + offset for q in f] for f in follow]
-        return nullable, [p + offset for p in first], [p + offset for p in last]
+        shift = offset - base
+        shifted = (flat + shift).tolist()
+        self.follow += [shifted[a:b] for a, b in spans]
+        return nullable, (first + shift).tolist(), (last + shift).tolist()
 
     def then(self, a: _Triple, b: _Triple) -> _Triple:
         """The concatenation of a and b."""
