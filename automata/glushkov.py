@@ -81,22 +81,31 @@ class _Positions:
 
     def __init__(self, max_positions: int):
         self.max_positions = max_positions
-        self.chars: list[frozenset] = []  # per position: the characters it names
-        self.negated: list[bool] = []  # ... and whether it accepts every character but those
+        # positions naming the same characters (equal sets, the same negation) form a group, numbered in order of
+        # first appearance: per group its (characters, negated), per position its group
+        self.group_of: dict[tuple[frozenset, bool], int] = {}
+        self.group_keys: list[tuple[frozenset, bool]] = []
+        self.groups: list[int] = []
         self.follow: list[list[int]] = []
         self.entries = 0  # follow entries so far (at most ``_MAX_FOLLOW_ENTRIES``)
 
     def position(self, chars: frozenset, negated: bool) -> _Triple:
-        p = len(self.chars)
+        p = len(self.groups)
         if p >= self.max_positions:
             raise _too_many_positions(self.max_positions)
         if not p & 1023:
             checkpoint()  # the compile's budget (``automata.budget``)
-        self.chars.append(chars)
-        self.negated.append(negated)
+        self.groups.append(self.group((chars, negated)))
         self.follow.append([])
         one = [p]
         return False, one, one
+
+    def group(self, key: tuple[frozenset, bool]) -> int:
+        g = self.group_of.get(key)
+        if g is None:
+            g = self.group_of[key] = len(self.group_keys)
+            self.group_keys.append(key)
+        return g
 
     def link(self, last: list, first: list) -> None:
         """Every position of ``last`` may be followed by every position of ``first``."""
@@ -116,19 +125,21 @@ class _Positions:
         sizes = [len(f) for f in follow]
         flat = np.fromiter(itertools.chain.from_iterable(follow), dtype=np.int64, count=sum(sizes))
         bounds = list(itertools.accumulate(sizes, initial=0))
-        return (tuple(self.chars[offset:]), tuple(self.negated[offset:]), flat, tuple(zip(bounds, bounds[1:])),
-                offset, nullable, np.array(first, dtype=np.int64), np.array(last, dtype=np.int64))
+        local: dict[int, int] = {}  # the block's groups, in order of first appearance
+        local_groups = np.array([local.setdefault(g, len(local)) for g in self.groups[offset:]], dtype=np.int64)
+        keys = tuple(self.group_keys[g] for g in local)
+        return (keys, local_groups, flat, tuple(zip(bounds, bounds[1:])), offset, nullable,
+                np.array(first, dtype=np.int64), np.array(last, dtype=np.int64))
 
     def replay(self, block: tuple) -> _Triple:
         """A subtree numbered again from here, copied from its ``block``."""
-        chars, negated, flat, spans, base, nullable, first, last = block
-        offset = len(self.chars)
-        if offset + len(chars) > self.max_positions:
+        keys, local_groups, flat, spans, base, nullable, first, last = block
+        offset = len(self.groups)
+        if offset + len(local_groups) > self.max_positions:
             raise _too_many_positions(self.max_positions)
         checkpoint()
         self.entries += len(flat)
-        self.chars += chars
-        self.negated += negated
+        self.groups += np.array([self.group(key) for key in keys], dtype=np.int64)[local_groups].tolist()
         shift = offset - base
         shifted = (flat + shift).tolist()
         self.follow += [shifted[a:b] for a, b in spans]
@@ -162,18 +173,18 @@ class _Positions:
             if seen is not None and seen[0] is node and seen[1] is not None:
                 return self.replay(seen[1])
             flags = (flags | node.added_flags.value) & ~node.removed_flags.value
-            offset = len(self.chars)
+            offset = len(self.groups)
             nullable, first, last = False, [], []
             for option in node.options:
                 option_nullable, option_first, option_last = self.visit(option, flags)
                 nullable = nullable or option_nullable
                 first += option_first
                 last += option_last
-            if len(self.chars) - offset >= _BLOCK_POSITIONS:
+            if len(self.groups) - offset >= _BLOCK_POSITIONS:
                 if seen is not None and seen[0] is node:  # the second time: kept, to be copied from now on
-                    _SUBTREES.table[key] = (node, self.block(offset, nullable, first, last))
+                    _SUBTREES.keep(key, node, self.block(offset, nullable, first, last))
                 else:
-                    _SUBTREES.seen(key, node, len(self.chars) - offset)
+                    _SUBTREES.seen(key, node)
             return nullable, first, last
         if kind is _Repeated:
             if node.max is not None and node.min > node.max:
@@ -258,21 +269,13 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
         nullable, first, last = positions.visit(tree, 0)
     except _Unsupported:
         return None
-    num_positions = len(positions.chars)
+    num_positions = len(positions.groups)
 
-    # Step 3: classes. Positions naming the same characters (equal sets, the same negation) form a group; two
-    # characters are in one class iff the same groups name them. Characters the pattern never names are class 0.
-    # A class accepts the plain positions naming it and the negated positions not naming it.
-    group_of: dict[tuple, int] = {}
-    group_chars: list[frozenset] = []
-    group_negated: list[bool] = []
-    position_group = []
-    for chars, negated in zip(positions.chars, positions.negated):
-        g = group_of.setdefault((chars, negated), len(group_chars))
-        if g == len(group_chars):
-            group_chars.append(chars)
-            group_negated.append(negated)
-        position_group.append(g)
+    # Step 3: classes. Two characters are in one class iff the same groups of positions (``_Positions``) name them.
+    # Characters the pattern never names are class 0. A class accepts the plain positions naming it and the negated
+    # positions not naming it.
+    group_chars = [chars for chars, _ in positions.group_keys]
+    group_negated = [negated for _, negated in positions.group_keys]
     naming: dict[str, list[int]] = {}  # character -> the groups naming it, in first-appearance order
     for g, chars in enumerate(group_chars):
         for c in chars:
@@ -289,7 +292,7 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
             own[g].add(mapping[c])
     group_classes = [[k for k in range(num_classes) if k not in own[g]] if negated else sorted(own[g])
                      for g, negated in enumerate(group_negated)]
-    classes_of = [group_classes[g] for g in position_group]  # per position: exactly the classes accepting it
+    # (per group: exactly the classes accepting its positions)
 
     # Step 4: subset construction; state 0 is the virtual start (position ``num_positions``), followed by the
     # root's first positions. Classes are tried in increasing order, so states are numbered as a walk over every
@@ -303,9 +306,10 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
         # lists' setup costs more (a 97-character key set: 0.65 ms as bitsets, 0.76 as lists).
         sparse = num_positions >= _SPARSE_POSITIONS
     if sparse:
-        sources, classes, targets, accepting = _sparse_subsets(follow, sizes, classes_of, num_classes, last,
-                                                               max_states)
+        sources, classes, targets, accepting = _sparse_subsets(follow, sizes, positions.groups, group_classes,
+                                                               num_classes, last, max_states)
     else:
+        classes_of = [group_classes[g] for g in positions.groups]
         sources, classes, targets, accepting = _bitset_subsets(follow, classes_of, num_classes, last, max_states)
     accepting[0] = nullable
     class_target = np.full((len(accepting), num_classes + 1), MISSING, dtype=np.int32)
@@ -324,37 +328,49 @@ class _Subtrees:
     once). An alternation of ``_BLOCK_POSITIONS`` positions or more is numbered by copying once it has been seen
     twice (``_Positions.replay``): ``automata.parse`` shares the trees of long groups between patterns, and a
     schema's fragments repeat the same ones dozens of times (a JSON string's body, "any value"). The node is kept
-    beside its id, so the id names it while it is held; all is dropped past ``_MAX_KEPT_POSITIONS``."""
+    beside its id, so the id names it while it is held. All is dropped past ``_MAX_SEEN`` subtrees or
+    ``_MAX_KEPT_POSITIONS`` positions in blocks (nested blocks each count theirs)."""
 
     def __init__(self):
         self.table: dict[tuple[int, int], tuple] = {}
         self.positions = 0
 
-    def seen(self, key: tuple[int, int], node, size: int) -> None:
-        if self.positions + size > _MAX_KEPT_POSITIONS:
-            self.table.clear()
-            self.positions = 0
-        self.positions += size
+    def seen(self, key: tuple[int, int], node) -> None:
+        if len(self.table) >= _MAX_SEEN:
+            self.clear()
         self.table[key] = (node, None)
+
+    def keep(self, key: tuple[int, int], node, block: tuple) -> None:
+        size = len(block[1])
+        if self.positions + size > _MAX_KEPT_POSITIONS:
+            self.clear()
+        self.positions += size
+        self.table[key] = (node, block)
+
+    def clear(self) -> None:
+        self.table.clear()
+        self.positions = 0
 
 
 _BLOCK_POSITIONS = 16
-_MAX_KEPT_POSITIONS = 1 << 20
+_MAX_KEPT_POSITIONS = 1 << 21
+_MAX_SEEN = 1 << 14
 _SUBTREES = _Subtrees()
 _MAX_FOLLOW_ENTRIES = 1 << 25  # follow entries at most (int64 arrays: 256 MB)
 
 
-def _sparse_subsets(follow: list[list[int]], sizes: list[int], classes_of: list[list[int]], num_classes: int,
-                    last: list[int], max_states: int):
+def _sparse_subsets(follow: list[list[int]], sizes: list[int], groups: list[int], group_classes: list[list[int]],
+                    num_classes: int, last: list[int], max_states: int):
     """Step 4 over follow and class lists (compiled: ``_subsets_kernel``): edges (sources, classes, targets) and
     per state whether it holds a last position. ``sizes``: the follow lists' lengths."""
     follow_start = np.zeros(len(follow) + 1, dtype=np.int64)
     np.cumsum(sizes, out=follow_start[1:])
     follow_pos = np.fromiter(itertools.chain.from_iterable(follow), dtype=np.int64, count=int(follow_start[-1]))
-    class_start = np.zeros(len(classes_of) + 1, dtype=np.int64)
-    np.cumsum([len(c) for c in classes_of], out=class_start[1:])
-    class_pos = np.fromiter(itertools.chain.from_iterable(classes_of), dtype=np.int64, count=int(class_start[-1]))
-    result = _subsets_kernel(follow_start, follow_pos, class_start, class_pos, num_classes, max_states)
+    class_start = np.zeros(len(group_classes) + 1, dtype=np.int64)
+    np.cumsum([len(c) for c in group_classes], out=class_start[1:])
+    class_pos = np.fromiter(itertools.chain.from_iterable(group_classes), dtype=np.int64, count=int(class_start[-1]))
+    group = np.array(groups, dtype=np.int64)
+    result = _subsets_kernel(follow_start, follow_pos, group, class_start, class_pos, num_classes, max_states)
     state_start, state_pos, sources, classes, targets, ok = result
     if not ok:
         raise StateLimitError(f"more than max_states={max_states} character states")
@@ -374,7 +390,7 @@ def _bits(positions: list[int]) -> int:
 
 
 @njit(cache=True, nogil=True)
-def _subsets_kernel(follow_start, follow_pos, class_start, class_pos, num_classes, max_states):
+def _subsets_kernel(follow_start, follow_pos, group, class_start, class_pos, num_classes, max_states):
     """The subset construction from the virtual start (the last position). A state is a sorted list of positions,
     held in ``state_pos[state_start[s]:state_start[s + 1]]`` and found by an open-addressed hash table. Per
     state: the positions its positions may be followed by (``reach``, each once), bucketed by the classes that
@@ -417,7 +433,7 @@ def _subsets_kernel(follow_start, follow_pos, class_start, class_pos, num_classe
         t = 0
         total = 0
         for q in reached:
-            for j in range(class_start[q], class_start[q + 1]):
+            for j in range(class_start[group[q]], class_start[group[q] + 1]):
                 c = class_pos[j]
                 if count[c] == 0:
                     touched[t] = c
@@ -433,7 +449,7 @@ def _subsets_kernel(follow_start, follow_pos, class_start, class_pos, num_classe
             offset[c] = at
             at += count[c]
         for q in reached:
-            for j in range(class_start[q], class_start[q + 1]):
+            for j in range(class_start[group[q]], class_start[group[q] + 1]):
                 c = class_pos[j]
                 bucket[offset[c]] = q
                 offset[c] += 1

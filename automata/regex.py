@@ -106,28 +106,34 @@ def read_exits(class_target: np.ndarray, accepting: np.ndarray, mapping: dict,
     markers' columns (no string reads them), per state the index of its exit set (-1: none; a state is at exit k
     when reading marker k from it ends the pattern), and the exit sets. (``from_regex_exits``; ``product.counted``
     reads exits off its contracted DFA the same way.)"""
-    exits_at = [[] for _ in range(len(class_target))]
+    at_states, at_exits = [], []  # (state, exit) pairs: a state may precede several markers
     marker_classes = []
     for char, c in mapping.items():
         if char is anything_else or not is_exit_marker(char):
             continue
         target = class_target[:, c]
-        ends = np.flatnonzero((target != MISSING) & accepting[np.maximum(target, 0)]).tolist()
-        if not ends:
+        ends = np.flatnonzero((target != MISSING) & accepting[np.maximum(target, 0)])
+        if not len(ends):
             # no marker here: a character of the markers' range that a class names (a leaf's "anything but ...",
             # ``automata.regions``), which no text holds; only a marker ends an alternative
             continue
         if sum(1 for k in mapping.values() if k == c) != 1:
             raise RegexError(f"regex {shown(pattern)}: exit marker U+{ord(char):04X} shares its class with other "
                              "characters")
-        for q in ends:
-            exits_at[q].append(ord(char) - _EXIT_BASE)
+        at_states.append(ends)
+        at_exits.append(np.full(len(ends), ord(char) - _EXIT_BASE, dtype=np.int64))
         marker_classes.append(c)
+    # each state's exits, sorted, as one tuple per state holding any (few states do: the ends of alternatives)
+    exits_at: dict[int, list[int]] = {}
+    if at_states:
+        states, exits = np.concatenate(at_states), np.concatenate(at_exits)
+        order = np.lexsort((exits, states))
+        for q, k in zip(states[order].tolist(), exits[order].tolist()):
+            exits_at.setdefault(q, []).append(k)
     set_id: dict[tuple[int, ...], int] = {}
     exit_of = np.full(len(class_target), -1, dtype=np.int64)
-    for q, exits in enumerate(exits_at):
-        if exits:
-            exit_of[q] = set_id.setdefault(tuple(sorted(exits)), len(set_id))
+    for q, exits in exits_at.items():
+        exit_of[q] = set_id.setdefault(tuple(exits), len(set_id))
     class_target = class_target.copy()
     class_target[:, marker_classes] = MISSING  # the markers themselves are read by no string
     return class_target, exit_of, sorted(set_id, key=set_id.get)

@@ -327,7 +327,7 @@ def test_long_groups_shared_between_patterns_give_the_same_dfas(inner, outer, ca
         for pattern in patterns:
             if fresh:
                 parse._GROUPS.clear()
-                glushkov._SUBTREES.table.clear()
+                glushkov._SUBTREES.clear()
             try:
                 dfas.append(from_regex(pattern, max_states=20_000))
             except (EmptyLanguageError, StateLimitError) as error:
