@@ -22,8 +22,7 @@ bitsets, whose setup is cheaper. Long groups come back in every fragment of a sc
 value"): ``automata.parse`` reads each once per process and shares its tree, and step 2 numbers a subtree it has
 met twice by copying what it did (``_Subtrees``). On the 149 fragment regexes of four MaskBench schemas
 (Kubernetes kb_1020, Github o64619, o10927, o10079; 336k characters) this construction took 920 ms with
-bitsets and no sharing, 640 ms with lists, 377 ms with shared subtrees; the whole byte DFAs with exits
-(``from_regex_exits``) 1,756 -> 783 ms.
+bitsets and no sharing, 640 ms with lists, ~310 ms with shared subtrees (docs/optimizations.md).
 
 The result is the same language as interegular's FSM (tests compare the minimal DFAs on many patterns), not
 necessarily the same states: the caller minimises.
@@ -62,6 +61,20 @@ class CharDFA(NamedTuple):
 
 class _Unsupported(Exception):
     """A node or flag this construction leaves to interegular."""
+
+
+class _Block(NamedTuple):
+    """What numbering one subtree did, to be done again by copying (``_Positions.replay``). Invariant: positions
+    are counted from ``base``, the first one the subtree numbered; the follow entries are only the links inside it
+    (those made while it was visited)."""
+    keys: tuple  # the groups (characters, negated) of its positions, in order of first appearance
+    local_groups: np.ndarray  # per position: its group among ``keys``
+    follow: np.ndarray  # every position's follow entries, one after the other
+    spans: tuple  # per position: (start, end) of its entries in ``follow``
+    base: int
+    nullable: bool
+    first: np.ndarray
+    last: np.ndarray
 
 
 _Triple = tuple[bool, list, list]  # (nullable, first positions, last positions)
@@ -118,9 +131,8 @@ class _Positions:
             for p in last:
                 follow[p] += first
 
-    def block(self, offset: int, nullable: bool, first: list, last: list) -> tuple:
-        """What visiting a subtree did, from position ``offset`` on (only links inside it so far): its follow
-        entries as one array and where each position's start, to be shifted at once."""
+    def block(self, offset: int, nullable: bool, first: list, last: list) -> _Block:
+        """What visiting a subtree did, from position ``offset`` on (only links inside it so far)."""
         follow = self.follow[offset:]
         sizes = [len(f) for f in follow]
         flat = np.fromiter(itertools.chain.from_iterable(follow), dtype=np.int64, count=sum(sizes))
@@ -128,22 +140,21 @@ class _Positions:
         local: dict[int, int] = {}  # the block's groups, in order of first appearance
         local_groups = np.array([local.setdefault(g, len(local)) for g in self.groups[offset:]], dtype=np.int64)
         keys = tuple(self.group_keys[g] for g in local)
-        return (keys, local_groups, flat, tuple(zip(bounds, bounds[1:])), offset, nullable,
-                np.array(first, dtype=np.int64), np.array(last, dtype=np.int64))
+        return _Block(keys, local_groups, flat, tuple(zip(bounds, bounds[1:])), offset, nullable,
+                      np.array(first, dtype=np.int64), np.array(last, dtype=np.int64))
 
-    def replay(self, block: tuple) -> _Triple:
-        """A subtree numbered again from here, copied from its ``block``."""
-        keys, local_groups, flat, spans, base, nullable, first, last = block
+    def replay(self, block: _Block) -> _Triple:
+        """A subtree numbered again from here, copied from its ``block``: each array shifted at once."""
         offset = len(self.groups)
-        if offset + len(local_groups) > self.max_positions:
+        if offset + len(block.local_groups) > self.max_positions:
             raise _too_many_positions(self.max_positions)
         checkpoint()
-        self.entries += len(flat)
-        self.groups += np.array([self.group(key) for key in keys], dtype=np.int64)[local_groups].tolist()
-        shift = offset - base
-        shifted = (flat + shift).tolist()
-        self.follow += [shifted[a:b] for a, b in spans]
-        return nullable, (first + shift).tolist(), (last + shift).tolist()
+        self.entries += len(block.follow)
+        self.groups += np.array([self.group(key) for key in block.keys], dtype=np.int64)[block.local_groups].tolist()
+        shift = offset - block.base
+        shifted = (block.follow + shift).tolist()
+        self.follow += [shifted[a:b] for a, b in block.spans]
+        return block.nullable, (block.first + shift).tolist(), (block.last + shift).tolist()
 
     def then(self, a: _Triple, b: _Triple) -> _Triple:
         """The concatenation of a and b."""
@@ -340,8 +351,8 @@ class _Subtrees:
             self.clear()
         self.table[key] = (node, None)
 
-    def keep(self, key: tuple[int, int], node, block: tuple) -> None:
-        size = len(block[1])
+    def keep(self, key: tuple[int, int], node, block: _Block) -> None:
+        size = len(block.local_groups)
         if self.positions + size > _MAX_KEPT_POSITIONS:
             self.clear()
         self.positions += size
