@@ -226,15 +226,16 @@ def _too_many_positions(cap: int) -> StateLimitError:
 
 def check_length(pattern: str, max_states: int) -> None:
     """Raises ``char_dfa``'s ``StateLimitError`` before parsing when ``pattern`` is longer than
-    ``_CHARS_PER_POSITION`` characters per position it could number: its positions would be past the cap in any
-    regex written as schemas and grammars write them (~5 characters a position: a JSON string's body is ~50
-    characters for 10), and reading it would take seconds first (a 29M-character schema regex parsed in 51 s
-    before ``check_positions`` could refuse it)."""
-    cap = min(4 * max_states, _MAX_POSITIONS)
-    if len(pattern) > _CHARS_PER_POSITION * cap:
-        raise StateLimitError(f"a regex of {len(pattern):,} characters: more than {_CHARS_PER_POSITION} characters "
-                              f"for each of the {cap} character positions a compile numbers at most (max_states, "
-                              f"or {_MAX_POSITIONS} at most)")
+    ``_CHARS_PER_POSITION`` characters per position any compile numbers (``_MAX_POSITIONS``, whatever
+    ``max_states``): its positions would be past the cap in any regex written as schemas and grammars write them
+    (~5 characters a position: a JSON string's body is ~50 characters for 10), and reading it would take seconds
+    first (a 29M-character schema regex parsed in 51 s before ``check_positions`` could refuse it). ``max_states``
+    is for the message only: the positions under a smaller cap are counted after parsing."""
+    most = _CHARS_PER_POSITION * _MAX_POSITIONS
+    if len(pattern) > most:
+        raise StateLimitError(f"a regex of {len(pattern):,} characters: more than {most:,} ({_CHARS_PER_POSITION} "
+                              f"characters for each of the {_MAX_POSITIONS} character positions a compile numbers at "
+                              f"most, whatever max_states={max_states})")
 
 
 def check_positions(tree: Pattern, max_states: int) -> None:

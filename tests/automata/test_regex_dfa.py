@@ -226,6 +226,9 @@ def test_patterns_too_long_for_the_position_cap_are_refused_before_parsing(monke
         from_regex("[0-9a-zA-Z_]" * 1334, max_states=1_000_000)
     assert not read
     assert from_regex("(?:[0-9a-z]|[_-])" * 400, max_states=1_000_000).accepts(list(b"a" * 400)) and read
+    # the length bound is the positions cap's, not max_states': a long class is one position
+    wide = "[" + "".join(chr(0x4E00 + i) for i in range(0, 10_000, 2)) + "]x"
+    assert from_regex(wide, max_states=64).accepts(list("丂x".encode()))
 
 
 def test_multibyte_characters_become_byte_paths():
