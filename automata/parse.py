@@ -150,6 +150,7 @@ class _Reader:
 
     def group(self) -> Pattern:
         """The group opening before the cursor (shared with earlier patterns where it is long)."""
+        global _GROUP_CHARS
         s, opening = self.s, self.i - 1
         close = self.closing.get(opening, -1) if self.closing is not None else -1
         text = s[opening:close + 1] if close - opening >= _GROUP_MEMO_CHARS else None
@@ -167,7 +168,6 @@ class _Reader:
             raise _Other
         self.i += 1
         if text is not None and self.i == close + 1:
-            global _GROUP_CHARS
             if len(_GROUPS) >= 4096 or _GROUP_CHARS + len(text) > _MAX_GROUP_CHARS:
                 _GROUPS.clear()
                 _GROUP_CHARS = 0
