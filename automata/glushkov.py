@@ -36,16 +36,18 @@ from __future__ import annotations
 import itertools
 from typing import NamedTuple
 
+import interegular
 import numpy as np
 from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, REFlags, _CharGroup, _Concatenation, _Repeated
 from numba import njit
 
+from automata import parse
 from automata.budget import checkpoint
 from automata.dfa import MISSING
 from automata.errors import RegexError, StateLimitError
 
-__all__ = ["CharDFA", "char_dfa", "check_length", "check_positions"]
+__all__ = ["CharDFA", "char_dfa", "check_positions", "read_tree"]
 
 
 class CharDFA(NamedTuple):
@@ -123,13 +125,17 @@ class _Positions:
     def link(self, last: list, first: list) -> None:
         """Every position of ``last`` may be followed by every position of ``first``."""
         if first:
-            self.entries += len(last) * len(first)
-            if self.entries > _MAX_FOLLOW_ENTRIES:
-                raise StateLimitError(f"more than {_MAX_FOLLOW_ENTRIES:,} follow entries between character positions "
-                                      "(a loop over many alternatives)")
+            self.count_entries(len(last) * len(first))
             follow = self.follow
             for p in last:
                 follow[p] += first
+
+    def count_entries(self, added: int) -> None:
+        """``added`` more follow entries, past ``_MAX_FOLLOW_ENTRIES`` a ``StateLimitError``."""
+        self.entries += added
+        if self.entries > _MAX_FOLLOW_ENTRIES:
+            raise StateLimitError(f"more than {_MAX_FOLLOW_ENTRIES:,} follow entries between character positions "
+                                  "(a loop over many alternatives)")
 
     def block(self, offset: int, nullable: bool, first: list, last: list) -> _Block:
         """What visiting a subtree did, from position ``offset`` on (only links inside it so far)."""
@@ -149,7 +155,7 @@ class _Positions:
         if offset + len(block.local_groups) > self.max_positions:
             raise _too_many_positions(self.max_positions)
         checkpoint()
-        self.entries += len(block.follow)
+        self.count_entries(len(block.follow))
         self.groups += np.array([self.group(key) for key in block.keys], dtype=np.int64)[block.local_groups].tolist()
         shift = offset - block.base
         shifted = (block.follow + shift).tolist()
@@ -224,7 +230,15 @@ def _too_many_positions(cap: int) -> StateLimitError:
                            f"follow sets would not fit in memory)")
 
 
-def check_length(pattern: str, max_states: int) -> None:
+def read_tree(pattern: str, max_states: int) -> Pattern:
+    """interegular's parse tree of ``pattern`` (``automata.parse``'s reader, or interegular's parser for the syntax
+    it leaves out), after ``_check_length``: every reader of a pattern in canonmerge (the regex, a grammar rule, the
+    counted construction) comes here."""
+    _check_length(pattern, max_states)
+    return parse.read(pattern) or interegular.parse_pattern(pattern)
+
+
+def _check_length(pattern: str, max_states: int) -> None:
     """Raises ``char_dfa``'s ``StateLimitError`` before parsing when ``pattern`` is longer than
     ``_CHARS_PER_POSITION`` characters per position any compile numbers (``_MAX_POSITIONS``, whatever
     ``max_states``): its positions would be past the cap in any regex written as schemas and grammars write them
@@ -310,7 +324,6 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     # root's first positions. Classes are tried in increasing order, so states are numbered as a walk over every
     # class would number them.
     follow = positions.follow + [first]
-    sizes = [len(f) for f in follow]
     if sparse is None:
         # Follow sets as lists cost their entries (two per position in a JSON fragment's regex); as bitsets, each
         # subset state costs a few operations on P-bit ints, O(P) each. A YAML fragment of MaskBench's o41692
@@ -318,8 +331,8 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
         # lists' setup costs more (a 97-character key set: 0.65 ms as bitsets, 0.76 as lists).
         sparse = num_positions >= _SPARSE_POSITIONS
     if sparse:
-        sources, classes, targets, accepting = _sparse_subsets(follow, sizes, positions.groups, group_classes,
-                                                               num_classes, last, max_states)
+        sources, classes, targets, accepting = _sparse_subsets(follow, positions.groups, group_classes, num_classes,
+                                                               last, max_states)
     else:
         classes_of = [group_classes[g] for g in positions.groups]
         sources, classes, targets, accepting = _bitset_subsets(follow, classes_of, num_classes, last, max_states)
@@ -333,7 +346,7 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
 # construction's states hold lists of them (a 1.2M-character schema regex once reached 14 GB at ~300k positions
 # before its StateLimitError; capped here it fails in seconds). The largest fragment regexes compiled have ~26k.
 _MAX_POSITIONS = 120_000
-_CHARS_PER_POSITION = 16  # characters of pattern per position at most (``check_length``)
+_CHARS_PER_POSITION = 16  # characters of pattern per position at most (``_check_length``)
 _SPARSE_POSITIONS = 128  # positions at least for the sparse subset construction
 class _Subtrees:
     """Alternations (groups) numbered in this process: (node id, flags) -> (node, its block, or None where seen
@@ -371,10 +384,11 @@ _SUBTREES = _Subtrees()
 _MAX_FOLLOW_ENTRIES = 1 << 25  # follow entries at most (int64 arrays: 256 MB)
 
 
-def _sparse_subsets(follow: list[list[int]], sizes: list[int], groups: list[int], group_classes: list[list[int]],
-                    num_classes: int, last: list[int], max_states: int):
+def _sparse_subsets(follow: list[list[int]], groups: list[int], group_classes: list[list[int]], num_classes: int,
+                    last: list[int], max_states: int):
     """Step 4 over follow and class lists (compiled: ``_subsets_kernel``): edges (sources, classes, targets) and
-    per state whether it holds a last position. ``sizes``: the follow lists' lengths."""
+    per state whether it holds a last position."""
+    sizes = [len(f) for f in follow]
     follow_start = np.zeros(len(follow) + 1, dtype=np.int64)
     np.cumsum(sizes, out=follow_start[1:])
     follow_pos = np.fromiter(itertools.chain.from_iterable(follow), dtype=np.int64, count=int(follow_start[-1]))

@@ -24,12 +24,11 @@ from __future__ import annotations
 
 import functools
 
-import interegular
 import numpy as np
 from interegular.fsm import anything_else
 from interegular.patterns import InvalidSyntax, Unsupported
 
-from automata import glushkov, parse
+from automata import glushkov
 from automata.budget import CompileBudgetError, checkpoint
 from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
@@ -154,8 +153,7 @@ def shown(pattern: str, most: int = 300) -> str:
 def char_dfa(pattern: str, max_states: int) -> glushkov.CharDFA:
     """The character-class DFA of ``pattern`` (``glushkov``, or interegular's construction for lookaheads)."""
     try:
-        glushkov.check_length(pattern, max_states)
-        tree = parse.read(pattern) or interegular.parse_pattern(pattern)
+        tree = glushkov.read_tree(pattern, max_states)
         glushkov.check_positions(tree, max_states)
         return glushkov.char_dfa(tree, max_states) or _interegular_char_dfa(tree, max_states)
     except (InvalidSyntax, Unsupported) as exc:

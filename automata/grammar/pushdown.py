@@ -35,12 +35,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import interegular
 import numpy as np
 from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, REFlags, _CharGroup, _Concatenation, _Repeated
 
-from automata import glushkov, parse
+from automata import glushkov
 from automata.dfa import DFA, MISSING, Alphabet
 from automata.errors import EmptyLanguageError, StateLimitError
 from automata.grammar.ir import Grammar, UnsupportedGrammarError
@@ -133,9 +132,8 @@ def _trimmed(table: np.ndarray, accepting: np.ndarray, calls: np.ndarray,
 
 def _rule_dfa(pattern: str, max_states: int) -> tuple[np.ndarray, np.ndarray, int, list[tuple[int, int, int]]]:
     """(byte table, accepting, start, calls (state, rule, return state)) of one rule's regex with call markers."""
-    glushkov.check_length(pattern, max_states)
     markers = frozenset(c for c in pattern if is_call_marker(c))
-    tree = parse.read(pattern) or interegular.parse_pattern(pattern)
+    tree = glushkov.read_tree(pattern, max_states)
     tree = _markers_unmatched(tree, markers, pattern)
     glushkov.check_positions(tree, max_states)
     class_target, accepting, start, mapping = (glushkov.char_dfa(tree, max_states)

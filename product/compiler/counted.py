@@ -50,12 +50,11 @@ import weakref
 from collections import OrderedDict
 
 import numpy as np
-from interegular import parse_pattern
 from interegular.fsm import anything_else
 from interegular.patterns import _DOT, _EMPTY, Pattern, _CharGroup, _Concatenation, _Repeated
 from numba import njit
 
-from automata import glushkov, parse
+from automata import glushkov
 from automata.budget import CompileBudgetError, checkpoint
 from automata.dfa import MISSING, unique_rows
 from automata.errors import RegexError, StateLimitError
@@ -193,7 +192,7 @@ def counted_transitions(pattern: str, trie: VocabularyTrie, *, max_states: int, 
     try:
         bounds: list[int] = []
         excluded = _MARKERS | {ch for ch in pattern if is_exit_marker(ch)} if exits else _MARKERS
-        tree, has_loop = _rewrite(parse.read(pattern) or parse_pattern(pattern), bounds, excluded)
+        tree, has_loop = _rewrite(glushkov.read_tree(pattern, max_states), bounds, excluded)
         if not has_loop:
             return None
         char = glushkov.char_dfa(tree, max_states)

@@ -211,6 +211,25 @@ def test_positions_are_capped_whatever_max_states(monkeypatch):
     assert from_regex(r"(?:x(y|z)*){333}", max_states=1_000_000).accepts(list(b"xyz" * 333)) and numbered
 
 
+def test_the_follow_entry_cap_holds_when_a_subtree_is_copied(monkeypatch):
+    """A subtree numbered by copying (``glushkov._Subtrees``) counts its follow entries under the same cap as
+    numbering it: three alternatives, each a group whose loop links 64 x 64 positions, pass a cap that two fit
+    under (the third is the copied one)."""
+    from automata import glushkov, parse
+
+    group = "(?:(?:" + "|".join(f"{a}{b}" for a in "abcdefgh" for b in "ijklmnop") + ")*z)"
+    per_copy = 64 * 64 + 64 + 64  # the loop, each word's two letters, the loop's ends before z
+    monkeypatch.setattr(glushkov, "_MAX_FOLLOW_ENTRIES", int(2.5 * per_copy))
+    parse._GROUPS.clear()
+    glushkov._SUBTREES.clear()
+    assert from_regex("|".join([group] * 2), max_states=1_000_000).accepts(list(b"aiz"))
+    parse._GROUPS.clear()
+    glushkov._SUBTREES.clear()
+    with pytest.raises(StateLimitError, match="follow entries"):
+        from_regex("|".join([group] * 3), max_states=1_000_000)
+    assert any(block is not None for _, block in glushkov._SUBTREES.table.values())  # (kept: the third was a copy)
+
+
 def test_patterns_too_long_for_the_position_cap_are_refused_before_parsing(monkeypatch):
     """A pattern longer than 16 characters for each position the cap allows is refused before it is read (a
     29M-character schema regex took 51 s to parse); a long pattern within that ratio compiles."""

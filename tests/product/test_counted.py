@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from automata import from_regex
+from automata import StateLimitError, from_regex
 from product import Guide, TokenTransitions, compile_regex
 from product.compiler import counted
 from product.compiler.tables import vocabulary_trie
@@ -202,3 +202,22 @@ def test_long_bounds_fit_small_state_limits():
     assert guide.accepts(ids)
     ids = runtime_of("gpt2").encode("abc" * 13 + "ab" + "1" * 40, add_special_tokens=False).ids
     assert not guide.accepts(ids)
+
+
+def test_a_pattern_too_long_to_compile_is_refused_before_the_counted_construction_reads_it(monkeypatch):
+    """The counted construction reads its pattern through ``glushkov.read_tree``, as every other reader does: past
+    the length bound it gives up without parsing (a 2.4M-character pattern took 5.8 s there before the whole-regex
+    compile refused it), and the compile raises the same ``StateLimitError``."""
+    from automata import glushkov, parse
+
+    monkeypatch.setattr(glushkov, "_MAX_POSITIONS", 1000)
+    read = []
+    real_read = parse.read
+    monkeypatch.setattr(parse, "read", lambda pattern: read.append(1) or real_read(pattern))
+    pattern = "(?:" + "|".join(f"k{i:05d}" for i in range(3000)) + ")[a-z]{0,40}"
+    canonical = automaton_of("gpt2")
+    assert counted.counted_transitions(pattern, vocabulary_trie(canonical), max_states=10_000,
+                                       max_entries=1 << 20) is None
+    with pytest.raises(StateLimitError, match="characters for each of the 1000 character positions"):
+        compile_regex(pattern, canonical)
+    assert not read
