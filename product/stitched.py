@@ -53,6 +53,7 @@ long to write out. ``tests/product/test_stitched.py`` checks every mask against 
 from __future__ import annotations
 
 import dataclasses
+import enum
 import functools
 import re
 import threading
@@ -66,8 +67,10 @@ import numpy as np
 from automata import MISSING, EmptyLanguageError
 from automata.budget import CompileBudget, checkpoint, running
 from automata.dfa import DFA
+from automata.errors import CanonmergeError
 from automata.regex import from_regex_exits
-from bpe.automaton import CanonicalAutomaton
+from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
+from product.compiler.boundaries import universal_states
 from product.compiler.counted import MIN_COUNT, counted_transitions
 from product.compiler.skeleton import END, PLACEHOLDERS, FragmentTooLongError, Skeleton, StitchError
 from product.compiler.tables import guide_eos, per_automaton, vocabulary_trie
@@ -480,97 +483,217 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
                       eos_token_ids, name, library, store, fine_cuts, leaf_exceptions, lazy) -> "StitchedGuide":
     eos = guide_eos(canonical, eos_token_ids)
     library = fragment_library(canonical) if library is None else library
-    counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
     sk = Skeleton(skeleton, leaves, canonical, max_states, fine_cuts)
-    written: dict[frozenset, tuple[str, list[int]]] = {}
+    linker = _Linker(sk, canonical, library, leaf_exceptions, canonical_only=canonical_only, eos=eos,
+                     max_states=max_states, max_transitions=max_transitions, store=store, defer=lazy, lazy=lazy)
+    start = (frozenset([sk.start]), 0)
+    linker.settle(start)
+    if linker.fragment_of[start] is None:
+        raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
+                                 f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
+    return StitchedGuide(linker, start, canonical, canonical_only=canonical_only, cache_size=cache_size, name=name,
+                         eos=eos, link_all=not linker.defer)
 
-    written_all = False
 
-    def write_every_fragment() -> None:
+class _Mark(enum.Enum):
+    """``_Linker.fragment_of``'s marks for instances not built (an enum: identity survives a pickled copy)."""
+    QUEUED = "queued"
+    DEFERRED = "deferred"
+
+
+_QUEUED, _DEFERRED = _Mark.QUEUED, _Mark.DEFERRED
+
+
+class _Linker:
+    """Builds a stitched constraint's instances — a fragment entered in a context — and decides where their exits
+    lead: ``instance(key, number)`` for the stitched guide, which numbers the instances as it meets them.
+
+    Liveness crosses fragments: an exit (k, ctx) is final in its fragment only if the instance it leads to is live.
+    ``settle(key)`` builds an instance and, transitively, its successors, first with every exit live; an instance
+    found dead (its fragment has no live text from its entry context) makes the exits into it dead, and the
+    fragments holding them are built again with those exits dead (a different library entry), until nothing
+    changes. Dead exits are rare (a YAML line break whose pre-tokenizer context needs a space after it, then a key):
+    most fragments are built once.
+
+    ``defer`` (lazy guides): a successor whose liveness follows from the pre-tokenizer alone (``_proven_live``: a
+    piece boundary at the cut stands whatever follows one of the fragment's first bytes) is not built; the stitched
+    guide settles it when a walk first reaches it. Every other successor is settled with its predecessor, so an
+    instance a walk can enter never has an exit into a dead one, and one settled later never changes an instance
+    already handed out."""
+
+    def __init__(self, sk: Skeleton, canonical: CanonicalAutomaton, library: "FragmentLibrary",
+                 leaf_exceptions: dict, *, canonical_only: bool, eos: tuple[int, ...], max_states: int,
+                 max_transitions: int, store, defer: bool, lazy: bool):
+        self.sk, self.canonical, self.library, self.store = sk, canonical, library, store
+        self.leaf_exceptions, self.canonical_only, self.lazy = leaf_exceptions, canonical_only, lazy
+        self.eos, self.max_states, self.max_transitions = eos, max_states, max_transitions
+        self.num_open = canonical.num_open_contexts if canonical_only else 1
+        self.live_after_cut = _live_after_cut(canonical) if defer and canonical_only else None
+        self.defer = self.live_after_cut is not None
+        self.counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
+        self.written: dict[tuple, tuple[str, list[int]]] = {}  # (roots, soft exits) -> regex, exits' cut states
+        self.written_all = False
+        # per instance (roots, entry context): its fragment (None: dead; _QUEUED, _DEFERRED: not built),
+        # successors (guide node -> the instance its exits lead to) and the exits found dead
+        self.fragment_of: dict[tuple, object] = {}
+        self.successors: dict[tuple, dict] = {}
+        # instance -> successor -> the exits leading there: (exit set, context) pairs, or for a choice of keys
+        # ("word", w) / ("free",) where the key's class leads there
+        self.exits_into: dict[tuple, dict[tuple, frozenset]] = {}
+        self.dead_exits: dict[tuple, frozenset] = {}
+        self.predecessors: dict[tuple, set] = {}
+        self.written_out: set[tuple] = set()  # choices of keys written out (their free key's successor died)
+        self.handed_out: set[tuple] = set()  # instances the stitched guide holds: never built again
+
+    def _options(self) -> dict:
+        return dict(canonical_only=self.canonical_only, eos=self.eos, max_states=self.max_states,
+                    max_transitions=self.max_transitions, store=self.store,
+                    before_compile=self._write_every_fragment)
+
+    def _write_every_fragment(self) -> None:
         """Before the first fragment is compiled (not in a warm compile, which compiles none), every cut state's
         fragment written: one too long to write raises FragmentTooLongError then, not after the compiles of the
         fragments met before it (YAML on Llama-3, Kubernetes kb_863: 17.6 s of compiles, then the error). The
         regexes are kept for the instances that read them."""
-        nonlocal written_all
-        if not written_all:
-            written_all = True
+        if not self.written_all:
+            self.written_all = True
+            sk = self.sk
             for q in [sk.start] + [q for q, cut in enumerate(sk.cut) if cut]:
                 checkpoint()
-                if (frozenset([q]), frozenset()) not in written:
-                    written[frozenset([q]), frozenset()] = sk.fragment(frozenset([q]))
+                if (frozenset([q]), frozenset()) not in self.written:
+                    self.written[frozenset([q]), frozenset()] = sk.fragment(frozenset([q]))
 
-    num_open = canonical.num_open_contexts if canonical_only else 1
-    options = dict(canonical_only=canonical_only, eos=eos, max_states=max_states, max_transitions=max_transitions,
-                   store=store, before_compile=write_every_fragment)
-
-    # instances (roots, entry context): their fragment (None: dead), successors and the exits found dead
-    fragment_of: dict[tuple, Fragment | None] = {}
-    successors: dict[tuple, dict[int, tuple]] = {}  # guide node -> the instance its exits lead to
-    # instance -> successor -> the exits leading there: (exit set, context) pairs, or for a choice of keys
-    # ("word", w) / ("free",) where the key's class leads there
-    exits_into: dict[tuple, dict[tuple, frozenset]] = {}
-    dead_exits: dict[tuple, frozenset] = {}
-    predecessors: dict[tuple, set] = {}
-    written_out: set[tuple] = set()  # choices of keys compiled as written out (their free key's successor died)
-
-    def build(key: tuple) -> None:
+    def _proven_live(self, key: tuple) -> bool:
+        """Whether the instance is live without building it: a piece boundary at its cut stands whatever follows
+        one of the bytes the fragment's texts start with (``_live_after_cut``)."""
         roots, ctx = key
-        if canonical_only and not _may_enter(sk, roots, ctx, canonical):
-            fragment_of[key] = None  # no token the entry context allows starts a text of it: dead, not written out
-            successors[key] = {}
+        first = self.sk.first_bytes(roots)
+        return bool(first) and any(b < 0x80 and self.live_after_cut[ctx, b] for b in first)
+
+    def settle(self, key: tuple) -> None:
+        """Build ``key``'s instance (if not built) and every successor it needs built (module docstring)."""
+        fragment_of = self.fragment_of
+        if fragment_of.get(key, _DEFERRED) is not _DEFERRED:
             return
-        if leaf_exceptions and key not in written_out:
-            choice = sk.key_choice(roots, frozenset(), leaf_exceptions)
-            if choice is not None and build_keyed(key, choice):
+        fragment_of[key] = _QUEUED
+        pending = [key]
+        # instances to build again with more exits dead: taken once no new instance waits, so that the deaths of
+        # several successors cost one more compile of their predecessor, not one each (YAML on Llama-3, o45160:
+        # 207 -> 107 fragment compiles)
+        rebuild: dict[tuple, None] = {}
+        while pending or rebuild:
+            if pending:
+                key = pending.pop()
+            else:
+                key = next(iter(rebuild))
+                del rebuild[key]
+                if fragment_of[key] is None:
+                    continue
+            if key in self.handed_out:
+                raise CanonmergeError("internal: an instance in use would be built again")
+            self._build(key)
+            if fragment_of[key] is None:  # dead: the exits into it die, and their fragments are built again
+                for pred in self.predecessors.get(key, ()):
+                    if isinstance(fragment_of[pred], (Fragment, _KeyedInstance)) and key in self.exits_into[pred]:
+                        self.dead_exits[pred] = self.dead_exits.get(pred, frozenset()) | self.exits_into[pred][key]
+                        rebuild[pred] = None
+                continue
+            successors = self.successors[key]
+            dead = frozenset().union(*(self.exits_into[key][succ] for succ in successors.values()
+                                       if fragment_of.get(succ, _QUEUED) is None))
+            if dead:  # exits into instances already known dead: build again without them
+                self.dead_exits[key] = self.dead_exits.get(key, frozenset()) | dead
+                rebuild[key] = None
+            for succ in successors.values():
+                self.predecessors.setdefault(succ, set()).add(key)
+                if succ not in fragment_of:
+                    if self.defer and self._proven_live(succ):
+                        fragment_of[succ] = _DEFERRED
+                    else:
+                        fragment_of[succ] = _QUEUED
+                        pending.append(succ)
+
+    def instance(self, key: tuple, number) -> "_Instance":
+        """The instance ``key``, settled, its exits numbered by ``number(successor key)``; handed out for good."""
+        self.settle(key)
+        fragment = self.fragment_of[key]
+        if fragment is None:
+            raise CanonmergeError("internal: a live exit leads to a dead instance")
+        self.handed_out.add(key)
+        return _Instance(key[0], key[1], fragment, {node: number(succ) for node, succ in self.successors[key].items()})
+
+    def __getstate__(self) -> dict:
+        """A stitched guide pickled (to a worker process) settles what it enters there from the copy's own
+        in-memory library, without the disk store (neither pickles: locks and a writer thread)."""
+        state = self.__dict__.copy()
+        state["library"], state["store"] = None, None
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self.library = fragment_library(self.canonical)
+
+    def _build(self, key: tuple) -> None:
+        roots, ctx = key
+        sk, canonical, fragment_of = self.sk, self.canonical, self.fragment_of
+        if self.canonical_only and not _may_enter(sk, roots, ctx, canonical):
+            fragment_of[key] = None  # no token the entry context allows starts a text of it: dead, not written out
+            self.successors[key] = {}
+            return
+        if self.leaf_exceptions and key not in self.written_out:
+            choice = sk.key_choice(roots, frozenset(), self.leaf_exceptions)
+            if choice is not None and self._build_keyed(key, choice):
                 return
             if choice is not None:  # written out from here on, its dead exits found again in its own numbering
-                written_out.add(key)
-                dead_exits.pop(key, None)
+                self.written_out.add(key)
+                self.dead_exits.pop(key, None)
         soft = frozenset()
         while True:
             checkpoint()
-            if (roots, soft) not in written:
-                written[roots, soft] = sk.fragment(roots, soft)
-            regex, exits = written[roots, soft]
+            if (roots, soft) not in self.written:
+                self.written[roots, soft] = sk.fragment(roots, soft)
+            regex, exits = self.written[roots, soft]
             try:
-                fragment, compiled = library.get(regex, _entry_context(sk, roots, ctx, canonical),
-                                                 dead_exits=dead_exits.get(key, frozenset()), lazy=lazy, **options)
-                counts[compiled] += 1
+                fragment, compiled = self.library.get(regex, _entry_context(sk, roots, ctx, canonical),
+                                                      dead_exits=self.dead_exits.get(key, frozenset()),
+                                                      lazy=self.lazy, **self._options())
+                self.counts[compiled] += 1
                 break
             except _SoftExits as found:
                 soft |= {exits[k - 1] for k in found.exits}
             except EmptyLanguageError:
                 fragment_of[key] = None
-                successors[key] = {}
+                self.successors[key] = {}
                 return
         fragment_of[key] = fragment
         nxt, into = {}, {}
         for node, exit_ctx, exit_set in fragment.cut_exits:
-            if exit_ctx >= num_open:
+            if exit_ctx >= self.num_open:
                 raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
             succ = (frozenset(END if k == 0 else exits[k - 1] for k in exit_set), exit_ctx)
             nxt[node] = succ
             into[succ] = into.get(succ, frozenset()) | {(exit_set, exit_ctx)}
-        successors[key], exits_into[key] = nxt, into
+        self.successors[key], self.exits_into[key] = nxt, into
 
-    def build_keyed(key: tuple, choice) -> bool:
-        """``build`` for a choice of keys: the shared fragment, and the instance's words; False where it must be
+    def _build_keyed(self, key: tuple, choice) -> bool:
+        """``_build`` for a choice of keys: the shared fragment, and the instance's words; False where it must be
         written out instead (its free key's successor is dead, a text goes on past a cut, its exits overlap)."""
         roots, ctx = key
-        dead = dead_exits.get(key, frozenset())
+        dead = self.dead_exits.get(key, frozenset())
         if ("free",) in dead:
             return False
         rejected = {mark[1] for mark in dead if mark[0] == "word"}
         regex, exits = choice.regex()
         try:
-            fragment, compiled = library.get(regex, _entry_context(sk, roots, ctx, canonical), dead_exits=frozenset(
-                mark for mark in dead if not isinstance(mark[0], str)), **options)
+            fragment, compiled = self.library.get(
+                regex, _entry_context(self.sk, roots, ctx, self.canonical),
+                dead_exits=frozenset(mark for mark in dead if not isinstance(mark[0], str)), **self._options())
         except (_SoftExits, EmptyLanguageError):
             return False
         nxt, into = {}, {}
         words = sorted(choice.excluded)
         for node, exit_ctx, exit_set in fragment.cut_exits:
-            if exit_ctx >= num_open:
+            if exit_ctx >= self.num_open:
                 raise StitchError(f"fragment {regex[:80]!r} exits inside a character")
             if 1 in exit_set and len(exit_set) > 1:
                 return False
@@ -587,61 +710,67 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
                     succ = (frozenset([choice.words[word]]), exit_ctx)
                     nxt[node, w + 1] = succ
                     into[succ] = into.get(succ, frozenset()) | {("word", w)}
-        counts[compiled] += 1
+        self.counts[compiled] += 1
         classes = [w + 1 if word in choice.words and w not in rejected else _REJECTED for w, word in enumerate(words)]
         texts = [(choice.prefix + word).encode("utf-8", "surrogatepass") for word in words]
-        fragment_of[key] = _KeyedInstance(fragment, KeyedGuide(fragment.guide, canonical, texts, classes))
-        successors[key], exits_into[key] = nxt, into
+        self.fragment_of[key] = _KeyedInstance(fragment, KeyedGuide(fragment.guide, self.canonical, texts, classes))
+        self.successors[key], self.exits_into[key] = nxt, into
         return True
 
-    start = (frozenset([sk.start]), 0)
-    queued = object()  # fragment_of's mark for an instance waiting to be built
-    fragment_of[start] = queued
-    pending = [start]
-    # instances to build again with more exits dead: taken once no new instance waits, so that the deaths of
-    # several successors cost one more compile of their predecessor, not one each (YAML on Llama-3, o45160:
-    # 207 -> 107 fragment compiles)
-    rebuild: dict[tuple, None] = {}
-    while pending or rebuild:
-        if pending:
-            key = pending.pop()
-        else:
-            key = next(iter(rebuild))
-            del rebuild[key]
-            if fragment_of[key] is None:
-                continue
-        build(key)
-        if fragment_of[key] is None:  # dead: the exits into it die, and their fragments are built again
-            for pred in predecessors.get(key, ()):
-                if isinstance(fragment_of[pred], (Fragment, _KeyedInstance)) and key in exits_into[pred]:
-                    dead_exits[pred] = dead_exits.get(pred, frozenset()) | exits_into[pred][key]
-                    rebuild[pred] = None
-            continue
-        dead = frozenset().union(*(exits_into[key][succ] for succ in successors[key].values()
-                                   if succ in fragment_of and fragment_of[succ] is None))
-        if dead:  # exits into instances already known dead: build again without them
-            dead_exits[key] = dead_exits.get(key, frozenset()) | dead
-            rebuild[key] = None
-        for succ in successors[key].values():
-            predecessors.setdefault(succ, set()).add(key)
-            if succ not in fragment_of:
-                fragment_of[succ] = queued
-                pending.append(succ)
-    if fragment_of[start] is None:
-        raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
-                                 f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
-    # number the live instances reachable from the start
-    order, index = [start], {start: 0}
-    for key in order:
-        for succ in successors[key].values():
-            if succ not in index and fragment_of[succ] is not None:
-                index[succ] = len(order)
-                order.append(succ)
-    instances = []
-    for key in order:
-        if any(fragment_of[succ] is None for succ in successors[key].values()):
-            raise StitchError("internal: a live exit leads to a dead instance")
-        next_of_node = {node: index[succ] for node, succ in successors[key].items()}
-        instances.append(_Instance(key[0], key[1], fragment_of[key], next_of_node))
-    return StitchedGuide(instances, canonical, canonical_only=canonical_only, cache_size=cache_size, name=name,
-                         eos=eos, reused=counts[False], compiled=counts[True])
+
+def _live_after_cut(canonical: CanonicalAutomaton) -> np.ndarray | None:
+    """bool[open context, ASCII byte]: with the text before a cut in that context, a piece boundary at the cut
+    followed by that byte stands whatever text comes next — from some marked-DFA state of the context, ``#`` then
+    the byte's symbol lead to a universal state (``boundaries.universal_states``). Then an instance entered there
+    whose fragment can start with that byte is live: the tokens so far are the BPE of their pieces, and any
+    completion of the constraint starting with the byte is tokenized on its own after them. (A JSON fragment after
+    punctuation starts with ``"``, a digit, a letter or a space: every instance of the first-sight bench's schemas
+    is proven so, GPT-2 and Llama-3.) None where some text may have no tokenization at all (``_spells_every_text``):
+    the argument needs the completion to have one."""
+
+    def build():
+        if not _spells_every_text(canonical):
+            return None
+        universal = universal_states(canonical)
+        marked = canonical.marked_transitions
+        hash_next = marked[:, -1]
+        symbol = canonical.symbol_values[np.searchsorted(canonical.symbol_starts, np.arange(0x80), side="right") - 1]
+        table = np.zeros((canonical.num_open_contexts, 0x80), dtype=bool)
+        for ctx in range(canonical.num_open_contexts):
+            states = int(canonical.context_states[ctx])
+            for m in range(len(hash_next)):
+                if states >> m & 1 and hash_next[m] >= 0:
+                    after = marked[hash_next[m], symbol]
+                    table[ctx] |= (after >= 0) & universal[np.maximum(after, 0)]
+        return table
+
+    return per_automaton(canonical, "live after cut", build)
+
+
+def _spells_every_text(canonical: CanonicalAutomaton) -> bool:
+    """Whether every text has a tokenization: every byte that valid UTF-8 holds is a token of its own (byte-level
+    BPE, byte fallback) and the normaliser rewrites no character. Probed with ``A`` (``Lowercase`` rewrites it) and
+    U+212B ANGSTROM SIGN (every Unicode normal form rewrites it): the canonical automaton reads neither where the
+    normaliser rewrites it, in any split into tokens."""
+    blob, offsets = canonical.token_blob, canonical.token_offsets
+    lengths = np.diff(offsets) * canonical.token_has_bytes
+    short = np.flatnonzero((lengths >= 1) & (lengths <= 3))
+    token_of = {bytes(blob[offsets[t]:offsets[t + 1]]): int(t) for t in short.tolist()}
+    if any(bytes([b]) not in token_of for b in range(0xF5) if b not in (0xC0, 0xC1)):
+        return False
+
+    def reads(raw: bytes, class_id: int) -> bool:  # some split of raw into tokens the automaton takes
+        if not raw:
+            return canonical.can_end(class_id)
+        for k in range(1, len(raw) + 1):
+            token = token_of.get(raw[:k])
+            if token is not None:
+                try:
+                    after = canonical.class_after(class_id, token)
+                except DisallowedTokenError:
+                    continue
+                if reads(raw[k:], after):
+                    return True
+        return False
+
+    return all(reads(text.encode("utf-8"), canonical.start_class) for text in ("A", "\u212b"))
