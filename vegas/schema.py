@@ -957,15 +957,23 @@ def _string_except_cached(words: tuple[str, ...], style: str) -> str:
     any_ = _any_string(style)
 
     def walk(node: dict) -> str:
-        children = CharSet.chars("".join(c for c in node if c))
         alts = [] if "" in node else [""]
-        others = ANY - children
+        others = _spelled_all_but("".join(sorted(c for c in node if c)), style)
         if others:
-            alts.append(spelled(others, style) + any_)
+            alts.append(others + any_)
         alts += [literal(escape_of(c, style)) + walk(child) for c, child in sorted(node.items()) if c]
         return "(" + "|".join(alts) + ")"
 
     return walk(trie)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _spelled_all_but(chars: str, style: str) -> str:
+    """The written characters of any character but ``chars`` ('' where none is left): a trie node's way out, the
+    same few sets at most nodes of every key trie (a node of a key's spelling goes on with one letter), so
+    cached (they were most of the time a free key's leaf took)."""
+    others = ANY - CharSet.chars(chars)
+    return spelled(others, style) if others else ""
 
 
 def _count(schema: dict, keyword: str, default, pointer: str):

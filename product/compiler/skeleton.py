@@ -302,9 +302,10 @@ class Skeleton:
     def _paths_to_cuts(self, root: int, soft: frozenset, exceptions: dict, literal_stop: list[bool],
                        closing: str = "", limit: int = 512):
         """Every way from ``root`` to the first cut state on it (a way without a leaf: the first state of
-        ``literal_stop`` its text ends with ``closing`` at): (literal text before a leaf, the leaf or None, literal
-        text after it, the cut state); None where one reads another leaf, two leaves, ends the text, has a cycle,
-        or there are more than ``limit``."""
+        ``literal_stop`` its text ends with ``closing`` at, or ``END`` where it ends the text and nothing can
+        follow): (literal text before a leaf, the leaf or None, literal text after it, the cut state); None where
+        one reads another leaf, two leaves, may end the text or go on, has a cycle, or there are more than
+        ``limit``."""
         found = []
         todo = [("", None, "", root, 0)]
         while todo:
@@ -312,6 +313,8 @@ class Skeleton:
             if depth and q not in soft and (self.cut[q] if leaf is not None else
                                             literal_stop[q] and before.endswith(closing)):
                 found.append((before, leaf, after, q))
+            elif depth and leaf is None and self.accepting[q] and not self._classes_into[q]:
+                found.append((before, leaf, after, END))  # a literal way that ends the text (an empty object)
             elif self.accepting[q] or depth > 256 or not self._classes_into[q]:
                 return None
             else:
@@ -385,7 +388,8 @@ class KeyChoice:
     """A fragment of a skeleton that is a choice of keys (``Skeleton.key_choice``): after ``prefix``, either a text
     of ``generic`` (any key) but none of ``excluded`` (the declared ones) followed by ``closing``, up to the cut
     state ``leaf_exit``; or a word of ``excluded`` followed by ``closing`` (``words``: word -> its cut state; the
-    words not there are not allowed here); or one of ``others`` (text, cut state), which start unlike any key.
+    words not there are not allowed here); or one of ``others`` (text, cut state or ``END``: the text ends there,
+    as after the ``{}`` of an empty top-level object), which start unlike any key.
     Invariant: ``generic``'s language is prefix-free, so a key's text is a word exactly when it ends where one does.
     """
 
@@ -401,10 +405,11 @@ class KeyChoice:
         """The fragment every schema with this shape shares: the prefix, then any key and the closing (exit 1), or
         one of the others (exits 2, ...); and the cut state of each exit. The words are told apart while the text
         is written (``product.runtime.keyed``)."""
-        exits = [self.leaf_exit] + list(dict.fromkeys(cut for _, cut in self.others))
-        parts = [f"(?:{self.generic}){_escape(self.closing)}{exit_marker(1)}"]
-        parts += [_escape(text) + exit_marker(exits.index(cut, 1) + 1) for text, cut in self.others]
-        return _escape(self.prefix) + "(?:" + "|".join(parts) + ")", exits
+        exits = [self.leaf_exit] + list(dict.fromkeys(cut for _, cut in self.others if cut != END))
+        parts = [f"{_escape(self.prefix)}(?:{self.generic}){_escape(self.closing)}{exit_marker(1)}"]
+        parts += [_escape(text) + exit_marker(0 if cut == END else exits.index(cut, 1) + 1)
+                  for text, cut in self.others]  # (whole texts: one may start with the prefix, as "{}" does)
+        return "(?:" + "|".join(parts) + ")", exits
 
 
 @functools.lru_cache(maxsize=256)

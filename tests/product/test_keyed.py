@@ -197,3 +197,28 @@ def test_a_choice_of_keys_loaded_from_the_disk_library_serves_the_same_masks(tmp
         ids = runtime.encode(text, add_special_tokens=False).ids
         assert _same_along(first, again, ids) >= 1
         assert first.accepts(ids) == again.accepts(ids)
+
+
+def test_a_choice_writes_its_other_ways_whole_and_may_end_the_text():
+    """``KeyChoice.regex``: a way that starts with the prefix but no key (the ``{}`` of an empty object) is written
+    once, not after the prefix again (``{{}`` is no text of it), and one that ends the text (a top-level empty
+    object: ``END``) is exit 0; the key's way and a way to another cut state keep their exits."""
+    from automata.regex import from_regex_exits
+    from product.compiler.skeleton import END, KeyChoice
+
+    choice = KeyChoice(prefix="{", generic='"[a-z]*"', closing=":", leaf_exit=7, excluded=("a",), words={},
+                       others=(("{}", END), ("{},", 9)))
+    regex, exits = choice.regex()
+    assert exits == [7, 9]
+    dfa, exit_of, exit_sets = from_regex_exits(regex)
+
+    def exits_after(text: str):
+        state = dfa.start
+        for b in text.encode():
+            state = int(dfa.transitions[state, b])
+            if state < 0:
+                return None
+        return exit_sets[exit_of[state]] if exit_of[state] >= 0 else ()
+
+    assert exits_after('{"ab":') == (1,) and exits_after("{}") == (0,) and exits_after("{},") == (2,)
+    assert exits_after("{{}") is None and exits_after("{{},") is None and exits_after("{") == ()
