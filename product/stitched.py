@@ -488,6 +488,8 @@ def _compile_stitched(skeleton, leaves, canonical, *, canonical_only, max_states
                      max_states=max_states, max_transitions=max_transitions, store=store, defer=lazy, lazy=lazy)
     start = (frozenset([sk.start]), 0)
     linker.settle(start)
+    if linker.defer:  # (every fragment written now: one too long to write must fail the compile, not a walk)
+        linker.write_every_fragment()
     if linker.fragment_of[start] is None:
         raise EmptyLanguageError(f"constraint {name!r}: no string it accepts has a "
                                  f"{'canonical ' if canonical_only else ''}tokenization over this vocabulary")
@@ -548,9 +550,9 @@ class _Linker:
     def _options(self) -> dict:
         return dict(canonical_only=self.canonical_only, eos=self.eos, max_states=self.max_states,
                     max_transitions=self.max_transitions, store=self.store,
-                    before_compile=self._write_every_fragment)
+                    before_compile=self.write_every_fragment)
 
-    def _write_every_fragment(self) -> None:
+    def write_every_fragment(self) -> None:
         """Before the first fragment is compiled (not in a warm compile, which compiles none), every cut state's
         fragment written: one too long to write raises FragmentTooLongError then, not after the compiles of the
         fragments met before it (YAML on Llama-3, Kubernetes kb_863: 17.6 s of compiles, then the error). The
