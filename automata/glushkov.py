@@ -47,7 +47,7 @@ from automata.budget import checkpoint
 from automata.dfa import MISSING
 from automata.errors import RegexError, StateLimitError
 
-__all__ = ["CharDFA", "char_dfa", "check_positions", "read_tree"]
+__all__ = ["CharDFA", "char_dfa", "check_positions", "position_matcher", "read_tree"]
 
 
 class CharDFA(NamedTuple):
@@ -340,6 +340,38 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     class_target = np.full((len(accepting), num_classes + 1), MISSING, dtype=np.int32)
     class_target[sources, classes] = targets
     return CharDFA(class_target, accepting, 0, mapping)
+
+
+_MAX_POSITIONS_DEFAULT = 120_000  # (``_MAX_POSITIONS``, defined below with the construction's other caps)
+
+
+def position_matcher(tree: Pattern, max_positions: int = _MAX_POSITIONS_DEFAULT):
+    """A function telling whether a text matches ``tree`` whole, by running the position automaton of steps 1-2
+    on it (no subset construction: each character costs the positions live after the one before), or None if the
+    tree uses what this construction leaves out. For a pattern whose DFA is too large to build but whose texts are
+    short (``vegas.format_instance`` choosing among alternatives). Raises ``StateLimitError`` past
+    ``max_positions`` positions or ``_MAX_FOLLOW_ENTRIES`` follow entries."""
+    positions = _Positions(max_positions)
+    try:
+        nullable, first, last = positions.visit(tree, 0)
+    except _Unsupported:
+        return None
+    keys, group_of_position, follow, ends = positions.group_keys, positions.groups, positions.follow, set(last)
+
+    def matches(text: str) -> bool:
+        candidates, here = first, None
+        for ch in text:
+            here = set()
+            for p in candidates:
+                chars, negated = keys[group_of_position[p]]
+                if (ch in chars) != negated:
+                    here.add(p)
+            if not here:
+                return False
+            candidates = {q for p in here for q in follow[p]}
+        return nullable if here is None else not here.isdisjoint(ends)
+
+    return matches
 
 
 # Positions at most, whatever max_states: numbering them is a walk over the tree in Python, and the subset

@@ -15,7 +15,7 @@ import functools
 
 from interegular.fsm import anything_else
 
-from automata import CanonmergeError
+from automata import CanonmergeError, glushkov
 from automata.regex import char_dfa
 from vegas.layout import (
     TOP,
@@ -114,13 +114,21 @@ class _Writer:
 class _Matcher:
     """``fullmatch`` of a schema regex in linear time, on its character DFA: Python's ``re`` backtracks, and on the
     nested alternatives of overlapping ``oneOf`` branches written exclusively (MaskBench's o84270) one match ran
-    for minutes. An alternative whose DFA is too large matches nothing (the next one is tried)."""
+    for minutes. Where the DFA is too large (an ``anyOf`` of twenty recursive object types, JSON Schema Store's
+    accelerator), the regex's position automaton is run instead (``glushkov.position_matcher``: slower per
+    character, built in the time of one walk of the tree); past that too, nothing matches (the next alternative is
+    tried)."""
 
     def __init__(self, regex: str):
-        self._rows = None  # (None: the DFA is too large; nothing matches)
+        self._rows, self._positions = None, None  # (both None: nothing matches)
         try:
             table, accepting, start, mapping = char_dfa(regex, _MAX_MATCH_STATES)
         except CanonmergeError:
+            try:
+                self._positions = glushkov.position_matcher(glushkov.read_tree(regex, _MAX_MATCH_STATES),
+                                                            _MAX_MATCH_POSITIONS)
+            except CanonmergeError:
+                pass
             return
         self._rows = table.tolist()
         self._accepting, self._start, self._mapping = accepting.tolist(), start, mapping
@@ -133,7 +141,7 @@ class _Matcher:
 
     def fullmatch(self, text: str) -> bool:
         if self._rows is None:
-            return False
+            return self._positions is not None and self._positions(text)
         rows, mapping, other, q = self._rows, self._mapping, self._other, self._start
         for ch in text:
             q = rows[q][mapping.get(ch, other)]
@@ -143,6 +151,9 @@ class _Matcher:
 
 
 _MAX_MATCH_STATES = 100_000
+# Positions of a regex matched on its position automaton at most: its follow lists are the memory (the 540k-character
+# alternatives of JSON Schema Store's accelerator have ~150-250k positions; the follow entries stay capped).
+_MAX_MATCH_POSITIONS = 1_000_000
 
 
 def format_instance(instance, schema, *, style: str = "json", strict: bool = False, max_recursion: int = 3,

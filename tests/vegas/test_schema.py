@@ -611,3 +611,29 @@ def test_a_very_long_length_bound_compiles(style):
         text = format_instance({"message": "ab c" * (length // 4) + "d" * (length % 4), "notify": True}, schema,
                                style=style)
         assert guide.accepts(runtime.encode(text, add_special_tokens=False).ids) == valid, (style, length)
+
+
+@pytest.mark.parametrize("style", ["json", "yaml"])
+def test_an_alternative_too_large_for_its_dfa_still_picks_the_layout(style, monkeypatch):
+    """``format_instance`` writes a value in the layout of the first alternative whose regex accepts its text; an
+    alternative whose DFA is too large is matched on its position automaton instead (JSON Schema Store's
+    accelerator: an ``anyOf`` of twenty recursive object types, each with its own key order). Forced here by a cap
+    of 2 states: the value fits the second branch only, whose key order the guide holds it to."""
+    import vegas.instances
+
+    schema = {"anyOf": [
+        {"type": "object", "properties": {"k": {"const": 1}, "x": {"type": "integer"}, "y": {"type": "integer"}},
+         "required": ["k"], "additionalProperties": False},
+        {"type": "object", "properties": {"y": {"type": "integer"}, "x": {"type": "integer"}, "k": {"const": 2}},
+         "required": ["k"], "additionalProperties": False}]}
+    value = {"x": 1, "y": 2, "k": 2}
+    expected = format_instance(value, schema, style=style)
+    monkeypatch.setattr(vegas.instances, "_MAX_MATCH_STATES", 2)
+    vegas.instances._Matcher.of.cache_clear()
+    written = format_instance(value, schema, style=style)
+    vegas.instances._Matcher.of.cache_clear()
+    assert written == expected
+    assert written.index("y") < written.index("k")  # (the only y and k are the keys: the second branch's order)
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    guide = vegas.compile_schema(schema, canonical, style=style, library_dir=False)
+    assert guide.accepts(runtime.encode(written, add_special_tokens=False).ids)
