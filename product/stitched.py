@@ -470,7 +470,8 @@ def compile_stitched(skeleton: str, leaves: dict[str, str], canonical: Canonical
     only once compiled whole, so a compile stopped by its budget leaves the fragments it finished, nothing else.
 
     ``lazy``: fragments not held or stored are compiled as ``LazyGuide``s (built as they are walked; kept in memory
-    only), but those with a counted repetition and choices of keys (``product.runtime.keyed``), which stay compiled.
+    only), but those with a counted repetition, which stay compiled (a choice of keys' shared fragment is lazy too,
+    under its ``KeyedGuide``).
     """
     with running(budget):
         return _compile_stitched(skeleton, leaves, canonical, canonical_only=canonical_only, max_states=max_states,
@@ -689,7 +690,8 @@ class _Linker:
         try:
             fragment, compiled = self.library.get(
                 regex, _entry_context(self.sk, roots, ctx, self.canonical),
-                dead_exits=frozenset(mark for mark in dead if not isinstance(mark[0], str)), **self._options())
+                dead_exits=frozenset(mark for mark in dead if not isinstance(mark[0], str)), lazy=self.lazy,
+                **self._options())
         except (_SoftExits, EmptyLanguageError):
             return False
         nxt, into = {}, {}

@@ -76,9 +76,10 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     compiled before are kept, none half-built, and the schema compiles again with a larger budget.
 
     ``lazy``: the fragments not already compiled (in memory or on disk) are built as the guide is walked
-    (``product.runtime.lazy.LazyGuide``; fragments with counted repetitions and choices of keys excepted), and kept
-    in memory only: a new schema's compile is then mostly its fragments' DFAs, and a state's first visit costs up
-    to a few milliseconds (docs/design.md, "Liveness decided locally").
+    (``product.runtime.lazy.LazyGuide``; fragments with counted repetitions excepted), each when the text first
+    enters it, and kept in memory only: a new schema's compile is then its skeleton and first fragment, and a
+    state's first visit costs up to a few milliseconds, entering a fragment its DFA (docs/design.md, "Liveness
+    decided locally"; ``advance`` raises ``StateLimitError`` where that DFA is past ``max_states``).
 
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.

@@ -34,7 +34,7 @@ import numpy as np
 
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.skeleton import _single_byte_tokens
-from product.compiler.tables import per_automaton
+from product.compiler.tables import per_automaton, vocabulary_trie
 from product.runtime.guide import Guide, _uint32_rows
 
 __all__ = ["KeyedGuide"]
@@ -47,9 +47,14 @@ def _token_texts(canonical: CanonicalAutomaton) -> tuple[list[bytes], list[bytes
     """Every token's bytes (b"" for special tokens), the texts sorted with their ids (for the tokens starting with a
     given text: one ``bisect``), and the longest token's length."""
     def build():
-        texts = [text or b"" for text in canonical.token_bytes]
-        order = sorted((text, t) for t, text in enumerate(texts) if text)
-        return texts, [text for text, _ in order], [t for _, t in order], max(len(t) for t in texts)
+        # (the vocabulary trie's preorder is the texts' sorted order, ties by id: read off it, not sorted again —
+        # sorting 128k texts in Python was 0.28 s of the first choice of keys a process met)
+        trie = vocabulary_trie(canonical)
+        blob, offsets = canonical.token_blob.tobytes(), canonical.token_offsets.tolist()
+        texts = [blob[a:b] if has else b"" for a, b, has in
+                 zip(offsets[:-1], offsets[1:], canonical.token_has_bytes.tolist())]
+        ids = trie.node_tokens.tolist()
+        return texts, [texts[t] for t in ids], ids, trie.max_depth
 
     return per_automaton(canonical, "token texts, sorted", build)
 
@@ -159,8 +164,9 @@ def _key_trie(canonical: CanonicalAutomaton, words: tuple[bytes, ...]) -> _KeyTr
 class KeyedGuide:
     """The guide of one instance of a key choice: ``inner`` (the shared fragment's guide) and ``words`` (the texts,
     prefix included, of the words the key must be told apart from), ``classes[w]`` the class of word w here
-    (1, 2, ...: ``exit_key`` reports it at the exit; ``_REJECTED``: not allowed). States: node * inner states +
-    inner state. Read by ``StitchedGuide`` as a fragment guide (masks through ``_fill_row``)."""
+    (1, 2, ...: ``exit_key`` reports it at the exit; ``_REJECTED``: not allowed). States: inner state * trie nodes +
+    trie node (the inner guide may be a ``LazyGuide``, whose states are numbered as met: no size is fixed). Read by
+    ``StitchedGuide`` as a fragment guide (masks through ``_fill_row``)."""
 
     _plain_masks = False
 
@@ -168,14 +174,15 @@ class KeyedGuide:
         self._inner = inner
         self._M = inner._M
         self.num_words = inner.num_words
-        self._size = inner._num_states
         self._trie = _key_trie(canonical, tuple(words))
+        self._size = len(self._trie.children)  # (trie nodes: a state's low part)
+        self._lazy_inner = hasattr(inner, "_nodes")  # (a LazyGuide: its exits are named by node key)
         self._classes = list(classes)
         self._texts = self._trie._texts
         self._live_of: dict[tuple[int, int], bool] = {}
         self._plain_inner = type(inner)._step is Guide._step
         self._lock = threading.RLock()
-        self.initial_state = 1 * self._size + inner.initial_state
+        self.initial_state = inner.initial_state * self._size + 1
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
@@ -188,10 +195,6 @@ class KeyedGuide:
 
     # ---- what StitchedGuide reads ----
     @property
-    def _num_states(self) -> int:
-        return len(self._trie.children) * self._size
-
-    @property
     def num_nodes(self) -> int:
         return self._inner.num_nodes
 
@@ -200,8 +203,8 @@ class KeyedGuide:
         return self._inner.memory_bytes
 
     def _split(self, state: int) -> tuple[int, int]:
-        node, inner = divmod(state, self._size)
-        if not 0 <= node < len(self._trie.children):
+        inner, node = divmod(state, self._size)
+        if inner < 0:
             raise ValueError(f"{state} is not a state of this guide")
         self._inner._split(inner)
         return node, inner
@@ -210,13 +213,17 @@ class KeyedGuide:
         return self._inner._describe(token_id)
 
     def is_accepting(self, state: int) -> bool:
-        return self._inner.is_accepting(state % self._size)
+        return self._inner.is_accepting(state // self._size)
 
     def exit_key(self, state: int) -> tuple[int, int]:
-        """(the shared guide's node, the key's class: 0 for a key that is no word, or another way out)."""
-        node, inner = divmod(state, self._size)
+        """(the shared guide's node — a lazy one's node key, ``state * contexts + context`` —, the key's class: 0 for a
+        key that is no word, or another way out)."""
+        inner, node = divmod(state, self._size)
         word = self._trie.word[node] if node != _OUT else None
-        return inner // self._M, self._classes[word] if word is not None and self._classes[word] > 0 else 0
+        at = inner // self._M
+        if self._lazy_inner:
+            at = int(self._inner._nodes.keys[at])
+        return at, self._classes[word] if word is not None and self._classes[word] > 0 else 0
 
     def _fill_row(self, state: int, words: np.ndarray) -> None:
         node, inner = self._split(state)
@@ -234,7 +241,7 @@ class KeyedGuide:
         node, inner = self._split(state)
         after = self._inner.advance(inner, token_id)  # DisallowedTokenError where the shared guide disallows it
         if not self._in_trie(node):
-            return node * self._size + after
+            return after * self._size + node
         reached = self._trie.walk(node, self._texts[token_id]) if token_id < len(self._texts) else _OUT
         if self._in_trie(reached):
             with self._lock:
@@ -244,7 +251,7 @@ class KeyedGuide:
         if not ok:
             raise DisallowedTokenError(f"token {token_id} ({self._describe(token_id)}) is not allowed in state "
                                        f"{state}: it writes a key that is not allowed here")
-        return reached * self._size + after
+        return after * self._size + reached
 
     def _allows(self, inner: int, token: int) -> bool:
         """Whether the shared guide allows ``token`` in ``inner``: one bit of its rows (``Guide._allows``), not a

@@ -16,6 +16,7 @@ import yaml
 
 from product.library import FragmentStore
 from product.runtime.keyed import KeyedGuide
+from product.runtime.lazy import LazyGuide
 from product.stitched import FragmentLibrary, compile_stitched
 from tests.support import automaton_of, runtime_of, walk_alike
 from vegas import format_instance
@@ -72,13 +73,13 @@ def _value(schema: dict, sample: dict):
     return sample.get(schema.get("type"), 3)
 
 
-def _guides(schema: dict, style: str, name: str):
+def _guides(schema: dict, style: str, name: str, lazy: bool = False):
     canonical = automaton_of(name)
     compiler = Compiler.load(schema, style, leaves=True)
     skeleton = compiler.document()
     plain = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical))
     keyed = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical),
-                             leaf_exceptions=compiler.exceptions)
+                             leaf_exceptions=compiler.exceptions, lazy=lazy)
     return plain, keyed
 
 
@@ -96,15 +97,17 @@ def _same_along(plain, keyed, ids: list[int]) -> int:
     return len(ids)
 
 
-@pytest.mark.parametrize("name", ["gpt2", "llama3"])
-@pytest.mark.parametrize("style", ["json", "yaml"])
-def test_keys_told_apart_as_written_have_the_masks_of_the_written_out_trie(name, style):
+@pytest.mark.parametrize("name, style, lazy", [("gpt2", "json", False), ("gpt2", "yaml", False),
+                                               ("llama3", "json", False), ("llama3", "yaml", False),
+                                               ("gpt2", "json", True), ("llama3", "json", True)])
+def test_keys_told_apart_as_written_have_the_masks_of_the_written_out_trie(name, style, lazy):
+    """... and where the stitched guide is lazy, the shared fragment under the words is a ``LazyGuide`` (built as
+    walked; its exits named by node key)."""
     runtime = runtime_of(name)
     rng = random.Random(f"{name}{style}")
     keyed_instances = 0
     for schema in _schemas(seed=len(name) + len(style), count=4):
-        plain, keyed = _guides(schema, style, name)
-        keyed_instances += sum(isinstance(g, KeyedGuide) for g in keyed._guides)
+        plain, keyed = _guides(schema, style, name, lazy)
         for text in _texts(schema, style, rng):
             ids = runtime.encode(text, add_special_tokens=False).ids
             walked = _same_along(plain, keyed, ids)
@@ -119,6 +122,8 @@ def test_keys_told_apart_as_written_have_the_masks_of_the_written_out_trie(name,
 
         for _ in range(12):
             walk_alike(plain, keyed, rng, 48, pick)
+        keyed_instances += sum(isinstance(g, KeyedGuide) and isinstance(g._inner, LazyGuide) == lazy
+                               for g in keyed._guides)
     # the schemas' choices of keys were told apart as written, not written out (in YAML the key after a value
     # shares its fragment with that value: not yet a choice of keys, written out as before)
     assert keyed_instances > 0 or style == "yaml"
@@ -222,3 +227,17 @@ def test_a_choice_writes_its_other_ways_whole_and_may_end_the_text():
 
     assert exits_after('{"ab":') == (1,) and exits_after("{}") == (0,) and exits_after("{},") == (2,)
     assert exits_after("{{}") is None and exits_after("{{},") is None and exits_after("{") == ()
+
+
+@pytest.mark.parametrize("name", ["gpt2", "mistral"])
+def test_the_sorted_token_texts_are_the_vocabulary_tries_preorder(name):
+    """``_token_texts`` reads the sorted texts off the vocabulary trie's preorder (ties by id: Mistral's ``A`` and
+    its byte-fallback ``<0x41>``) instead of sorting them: the same lists as sorting."""
+    from product.runtime.keyed import _token_texts
+
+    canonical = automaton_of(name)
+    texts, sorted_texts, sorted_ids, longest = _token_texts(canonical)
+    assert texts == [text or b"" for text in canonical.token_bytes]
+    order = sorted((text, t) for t, text in enumerate(texts) if text)
+    assert sorted_texts == [text for text, _ in order] and sorted_ids == [t for _, t in order]
+    assert longest == max(len(text) for text in texts)
