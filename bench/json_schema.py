@@ -162,8 +162,9 @@ class _CanonmergeEngine:
     def accepts(self, guide, ids: list[int]) -> bool:
         return bool(guide.accepts(ids))
 
-    def walk(self, guide, ids, out, times: list[int]) -> tuple[bool, int, int]:
-        """Fill a mask per step (timed), follow ``ids`` while the mask allows them; (accepted, steps, forced)."""
+    def walk(self, guide, ids, out, times: list[int], advances: list[int] | None = None) -> tuple[bool, int, int]:
+        """Fill a mask per step (timed), follow ``ids`` while the mask allows them; (accepted, steps, forced).
+        ``advances``: each step's advance timed too (a lazy guide builds a fragment the text enters there)."""
         import torch  # noqa: F401  (out is a torch tensor; fill_bitmask reads its numpy view)
 
         words = out.numpy().view(np.uint32)
@@ -179,7 +180,10 @@ class _CanonmergeEngine:
                 return False, steps, forced
             if t == eos:
                 return True, steps, forced
+            t1 = time.perf_counter_ns()
             state = guide.advance(state, t)
+            if advances is not None:
+                advances.append(time.perf_counter_ns() - t1)
         raise AssertionError("unreachable")
 
 
@@ -264,9 +268,11 @@ class _PeerEngine:
     def accepts(self, compiled, ids: list[int], out) -> bool:
         return self.walk(compiled, ids, out, None)[0]
 
-    def walk(self, compiled, ids, out, times: list[int] | None) -> tuple[bool, int, int]:
+    def walk(self, compiled, ids, out, times: list[int] | None,
+             advances: list[int] | None = None) -> tuple[bool, int, int]:
         """Fill the peer's mask per step (timed when ``times`` is a list) and follow ``ids`` while its bit is set;
-        accepted iff EOS's bit is set after the last token. (accepted, steps, forced)."""
+        accepted iff EOS's bit is set after the last token. (accepted, steps, forced). ``advances``: each step's
+        consume timed too."""
         matcher = self._matcher(compiled)
         words = out.numpy().view(np.uint32)
         forced = steps = 0
@@ -283,7 +289,10 @@ class _PeerEngine:
                 return False, steps, forced
             if t == self.eos:
                 return True, steps, forced
+            t1 = time.perf_counter_ns()
             self._consume(matcher, t)
+            if advances is not None:
+                advances.append(time.perf_counter_ns() - t1)
         raise AssertionError("unreachable")
 
 
@@ -745,6 +754,10 @@ def kept_outcomes(outcomes: dict[str, dict[str, dict]]) -> dict[str, dict[str, d
             if times:
                 r["mask_us_mean"] = float(np.mean(times)) / 1e3
                 r["mask_us_max"] = float(np.max(times)) / 1e3
+            advances = r.pop("advance_ns", None)
+            if advances:
+                r["advance_us_mean"] = float(np.mean(advances)) / 1e3
+                r["advance_us_max"] = float(np.max(advances)) / 1e3
             kept[engine][name] = r
     return kept
 
