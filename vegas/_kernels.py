@@ -5,9 +5,9 @@ canonmerge's hot loops are numba kernels, compiled to machine code on their firs
 of seconds (about 35 s on 2 cores: DFA minimisation, the vocabulary walks, the product, the mask kernels), and it
 used to land inside the first constraint's compile, which then reported 30 s for a schema that compiles in under
 one. ``warm_kernels`` runs the kernels once on small constraints of every kind the compiler has (a regex with a
-counted repetition, a JSON Schema with an enum, a free key, an array, numbers, written as JSON and as YAML) and
-the runtime's masks and steps along a walk, so that the command line reports that one-time compile as its own step
-("kernels compiled once") and a constraint's time is its own.
+counted repetition, a JSON Schema with an enum, a free key, an array, numbers, written as JSON and as YAML, and
+both built lazily) and the runtime's masks and steps along a walk, so that the command line reports that one-time
+compile as its own step ("kernels compiled once") and a constraint's time is its own.
 
 A marker file under the canonmerge cache (``kernels/<key>``) records that the kernels were compiled for this
 install: its key hashes numba's version, the cache location and the stamp (size, modification time) of every
@@ -75,6 +75,9 @@ def warm_kernels(canonical) -> None:
     guides = [product.compile_regex(_WARM_REGEX, canonical)]
     guides += [compile_schema(_WARM_SCHEMA, canonical, style=style, library_dir=False)
                for style in ("json", "yaml")]
+    # the lazy construction's own kernels (the boundary test, first visits, the forced search, fragments entered)
+    guides += [product.compile_regex(_WARM_REGEX, canonical, lazy=True),
+               compile_schema(_WARM_SCHEMA, canonical, library_dir=False, lazy=True)]
     for guide in guides:
         bitmask = torch.zeros((1, guide.num_words), dtype=torch.int32)
         logits = torch.zeros((1, canonical.vocab_size))
