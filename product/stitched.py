@@ -567,11 +567,7 @@ class _Linker:
                     self.written[frozenset([q]), frozenset()] = sk.fragment(frozenset([q]))
 
     def _proven_live(self, key: tuple) -> bool:
-        """Whether the instance is live without building it: a piece boundary at its cut stands whatever follows
-        one of the bytes the fragment's texts start with (``_live_after_cut``)."""
-        roots, ctx = key
-        first = self.sk.first_bytes(roots)
-        return bool(first) and any(b < 0x80 and self.live_after_cut[ctx, b] for b in first)
+        return proven_live(self.sk, self.canonical, *key)
 
     def settle(self, key: tuple) -> None:
         """Build ``key``'s instance (if not built) and every successor it needs built (module docstring)."""
@@ -722,6 +718,20 @@ class _Linker:
         return True
 
 
+def proven_live(sk: Skeleton, canonical: CanonicalAutomaton, roots: frozenset, ctx: int) -> bool:
+    """Whether the instance (``roots``, ``ctx``) is live without building it: a piece boundary at its cut stands
+    whatever follows one of the bytes its fragment's texts start with (``_live_after_cut``), and some text starting
+    with that byte has a tokenization — any, where every text has one; else one of safe characters only
+    (``_safe_bytes``: printable ASCII the tokenizer spells, whatever its normaliser), up to the end of the text
+    (``Skeleton.safe_first_bytes``)."""
+    table = _live_after_cut(canonical)
+    if table is None:
+        return False
+    safe = _safe_bytes(canonical)
+    first = sk.first_bytes(roots) if safe is None else sk.safe_first_bytes(roots, safe)
+    return bool(first) and any(b < 0x80 and table[ctx, b] for b in first)
+
+
 def _live_after_cut(canonical: CanonicalAutomaton) -> np.ndarray | None:
     """bool[open context, ASCII byte]: with the text before a cut in that context, a piece boundary at the cut
     followed by that byte stands whatever text comes next — from some marked-DFA state of the context, ``#`` then
@@ -729,11 +739,11 @@ def _live_after_cut(canonical: CanonicalAutomaton) -> np.ndarray | None:
     whose fragment can start with that byte is live: the tokens so far are the BPE of their pieces, and any
     completion of the constraint starting with the byte is tokenized on its own after them. (A JSON fragment after
     punctuation starts with ``"``, a digit, a letter or a space: every instance of the first-sight bench's schemas
-    is proven so, GPT-2 and Llama-3.) None where some text may have no tokenization at all (``_spells_every_text``):
-    the argument needs the completion to have one."""
+    is proven so, GPT-2 and Llama-3.) None where the pre-tokenizer never places a boundary, or no character is safe
+    (``_safe_bytes``): the argument needs a completion that has a tokenization."""
 
     def build():
-        if not _spells_every_text(canonical):
+        if _safe_bytes(canonical) == frozenset():
             return None
         universal = universal_states(canonical)
         marked = canonical.marked_transitions
@@ -751,30 +761,54 @@ def _live_after_cut(canonical: CanonicalAutomaton) -> np.ndarray | None:
     return per_automaton(canonical, "live after cut", build)
 
 
-def _spells_every_text(canonical: CanonicalAutomaton) -> bool:
-    """Whether every text has a tokenization: every byte that valid UTF-8 holds is a token of its own (byte-level
-    BPE, byte fallback) and the normaliser rewrites no character. Probed with ``A`` (``Lowercase`` rewrites it) and
-    U+212B ANGSTROM SIGN (every Unicode normal form rewrites it): the canonical automaton reads neither where the
-    normaliser rewrites it, in any split into tokens."""
+def _safe_bytes(canonical: CanonicalAutomaton) -> frozenset | None:
+    """None where every text has a tokenization (``_spells_every_text``); otherwise the printable ASCII characters
+    (as bytes) that have one in any text of them: each read alone by the canonical automaton — so no normaliser
+    rewrites it (``Lowercase``: not A-Z) and the vocabulary spells it — for a tokenizer whose normaliser rewrites
+    only non-ASCII characters otherwise (Qwen3's NFC) or whose vocabulary lacks some bytes (SmolLM2: control bytes).
+    Empty (nothing proven) where the normaliser is not one of those (a ``Replace`` may rewrite any ASCII text)."""
+
+    def build():
+        if _spells_every_text(canonical):
+            return None
+        if not _reads(canonical, "\u212b") and not _reads(canonical, "\u00c5"):
+            return frozenset()  # (something beyond a Unicode normal form rewrites what NFC keeps: trust nothing)
+        return frozenset(b for b in range(0x20, 0x7F) if _reads(canonical, chr(b)))
+
+    return per_automaton(canonical, "safe bytes", build)
+
+
+def _reads(canonical: CanonicalAutomaton, text: str) -> bool:
+    """Whether the canonical automaton reads ``text`` as a whole text in some split into tokens of up to 3 bytes."""
     blob, offsets = canonical.token_blob, canonical.token_offsets
     lengths = np.diff(offsets) * canonical.token_has_bytes
-    short = np.flatnonzero((lengths >= 1) & (lengths <= 3))
-    token_of = {bytes(blob[offsets[t]:offsets[t + 1]]): int(t) for t in short.tolist()}
-    if any(bytes([b]) not in token_of for b in range(0xF5) if b not in (0xC0, 0xC1)):
-        return False
+    token_of = per_automaton(canonical, "short tokens by bytes", lambda: {
+        bytes(blob[offsets[t]:offsets[t + 1]]): int(t) for t in np.flatnonzero((lengths >= 1) & (lengths <= 3))})
 
-    def reads(raw: bytes, class_id: int) -> bool:  # some split of raw into tokens the automaton takes
+    def walk(raw: bytes, class_id: int) -> bool:
         if not raw:
             return canonical.can_end(class_id)
-        for k in range(1, len(raw) + 1):
+        for k in range(1, min(3, len(raw)) + 1):
             token = token_of.get(raw[:k])
             if token is not None:
                 try:
                     after = canonical.class_after(class_id, token)
                 except DisallowedTokenError:
                     continue
-                if reads(raw[k:], after):
+                if walk(raw[k:], after):
                     return True
         return False
 
-    return all(reads(text.encode("utf-8"), canonical.start_class) for text in ("A", "\u212b"))
+    return walk(text.encode("utf-8"), canonical.start_class)
+
+
+def _spells_every_text(canonical: CanonicalAutomaton) -> bool:
+    """Whether every text has a tokenization: every byte that valid UTF-8 holds is a token of its own (byte-level
+    BPE, byte fallback) and the normaliser rewrites no character. Probed with ``A`` (``Lowercase`` rewrites it) and
+    U+212B ANGSTROM SIGN (every Unicode normal form rewrites it): the canonical automaton reads neither where the
+    normaliser rewrites it, in any split into tokens."""
+    blob, offsets = canonical.token_blob, canonical.token_offsets
+    single = np.flatnonzero((np.diff(offsets) == 1) & canonical.token_has_bytes)
+    if not {b for b in range(0xF5) if b not in (0xC0, 0xC1)} <= set(blob[offsets[single]].tolist()):
+        return False
+    return _reads(canonical, "A") and _reads(canonical, "\u212b")

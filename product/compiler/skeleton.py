@@ -177,6 +177,8 @@ class Skeleton:
         self.edges = [{t: label[cs[0]] if len(cs) == 1 else _alternation([label[c] for c in cs])
                        for t, cs in by_target.items()} for by_target in classes_into]
         self._classes_into, self._chars_of = classes_into, chars_of  # (read by ``key_choice``)
+        self._leaves = leaves
+        self._safe_memo: dict[frozenset, list[bool]] = {}  # (``safe_first_bytes``)
         # per state, what its texts may start with: the first bytes of its literal classes and its leaves' regexes
         # (``first_bytes``, read only where a fragment's entry is checked)
         self._first_literal: list[set[int]] = [set() for _ in range(n)]
@@ -205,6 +207,47 @@ class Skeleton:
                 if openings is None:
                     return None
                 found |= {ch.encode("utf-8", "surrogatepass")[0] for ch in openings}
+        return frozenset(found)
+
+    def safe_first_bytes(self, roots: frozenset, safe: frozenset) -> frozenset:
+        """The bytes that some text starting at ``roots`` and running to the end of the whole text, made of
+        ``safe`` characters only (ASCII, as bytes), can start with (``product.stitched.proven_live``: a tokenizer
+        that cannot spell every text can spell those). Empty where none is known (a leaf whose DFA is too large)."""
+        ok = self._safe_memo.get(safe)
+        if ok is None:
+            ok = self._safe_memo[safe] = self._safe_completable(safe)
+        found: set[int] = set()
+        for root in roots:
+            if root == END:
+                continue  # (the empty text: no first byte)
+            for t, classes in self._classes_into[root].items():
+                if ok[t]:
+                    for c in classes:
+                        found |= self._safe_openings(c, safe)
+        return frozenset(found)
+
+    def _safe_completable(self, safe: frozenset) -> list[bool]:
+        """Per state: some text of safe characters leads from it to the end of the text (a least fixpoint)."""
+        ok = [bool(a) for a in self.accepting]
+        passable = {c: bool(self._safe_openings(c, safe)) for c in self._chars_of}
+        changed = True
+        while changed:
+            changed = False
+            for q, by_target in enumerate(self._classes_into):
+                if not ok[q] and any(ok[t] and any(passable[c] for c in cs) for t, cs in by_target.items()):
+                    ok[q] = changed = True
+        return ok
+
+    def _safe_openings(self, c: int, safe: frozenset) -> frozenset:
+        """The first bytes of the class's texts made of safe characters only."""
+        if self.strings[c] is not None:
+            return frozenset(text[0] for text in self.strings[c] if text and all(b in safe for b in text))
+        found: set[int] = set()
+        for ch in self._chars_of[c]:
+            if ch in self._leaves:
+                found |= _leaf_safe_openings(self._leaves[ch], safe)
+            elif len(ch) == 1 and ord(ch) < 0x80 and ord(ch) in safe:
+                found.add(ord(ch))
         return frozenset(found)
 
     def fragment(self, roots: frozenset, soft: frozenset = frozenset()) -> tuple[str, list[int]]:
@@ -664,6 +707,28 @@ def _agrees(encoded: bytes, text: bytes) -> bool:
 
 
 _MAX_LEAF_STATES = 100_000  # a leaf's character DFA, built only for its first characters (fine cuts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _leaf_safe_openings(regex: str, safe: frozenset) -> frozenset:
+    """The first characters (as bytes) of the texts of ``regex`` made of ``safe`` characters only (ASCII, as bytes);
+    empty where its character DFA is too large to build."""
+    try:
+        table, accepting, start, mapping = char_dfa(regex, _MAX_LEAF_STATES)
+    except StateLimitError:
+        return frozenset()
+    table = np.asarray(table)
+    other = mapping[anything_else]
+    column = {b: mapping.get(chr(b), other) for b in safe}
+    columns = sorted(set(column.values()))
+    good = np.asarray(accepting, dtype=bool).copy()
+    steps = table[:, columns]  # [state, safe class] -> state (MISSING: none)
+    while True:  # states from which safe characters reach acceptance
+        reach = ((steps != MISSING) & good[np.maximum(steps, 0)]).any(axis=1) | good
+        if (reach == good).all():
+            break
+        good = reach
+    return frozenset(b for b, k in column.items() if table[start, k] != MISSING and good[table[start, k]])
 
 
 @functools.lru_cache(maxsize=4096)

@@ -257,7 +257,7 @@ def test_a_region_nothing_settles_is_answered_by_the_whole_product(monkeypatch):
             walk_alike(eager, lazy, rng, 30)
 
 
-@pytest.mark.parametrize("tokenizer, style", [("gpt2", "json"), ("llama3", "json"), ("llama3", "yaml")])
+@pytest.mark.parametrize("tokenizer, style", [("gpt2", "json"), ("llama3", "json"), ("llama3", "yaml"), ("qwen3", "json")])
 def test_lazy_fragments_stitch_the_same_guide(tokenizer, style):
     """``compile_stitched(..., lazy=True)``: fragments compiled now are lazy guides (choices of keys and counted
     fragments stay compiled), exits followed by node key into instances built for every context a token can leave
@@ -283,85 +283,45 @@ def test_lazy_fragments_stitch_the_same_guide(tokenizer, style):
         assert sum(g is not None for g in lazy._guides) > entered
 
 
-@pytest.mark.parametrize("tokenizer, style", [("gpt2", "yaml"), ("llama3", "json")])
+@pytest.mark.parametrize("tokenizer, style", [("gpt2", "yaml"), ("llama3", "json"), ("qwen3", "json"),
+                                              ("smollm2", "yaml")])
 def test_instances_proven_live_without_their_fragment_are_live(tokenizer, style):
-    """A lazy stitched guide enters an instance whose liveness ``_live_after_cut`` proves (a piece boundary at the
-    cut stands whatever follows one of its first bytes) only when a walk reaches it. Held to the eager linking, which
-    builds every instance: no instance it finds dead is proven live (GPT-2's YAML has dead ones: a line break whose
-    context needs a space next, then a key), and most live ones are proven."""
-    from product.stitched import _live_after_cut
+    """A lazy stitched guide enters an instance whose liveness ``proven_live`` proves (a piece boundary at the cut
+    stands whatever follows one of its first bytes; where the tokenizer cannot spell every text — Qwen3's NFC,
+    SmolLM2's missing control bytes — a text of printable ASCII from there to the end) only when a walk reaches it.
+    Held to the eager linking, which builds every instance: no instance it finds dead is proven live (GPT-2's YAML
+    has dead ones: a line break whose context needs a space next, then a key), and most live ones are proven."""
+    from product.stitched import proven_live
     from tests.product.test_stitched import CASES
     from vegas.schema import Compiler
 
     canonical = automaton_of(tokenizer)
-    table = _live_after_cut(canonical)
     counts = {(dead, proven): 0 for dead in (False, True) for proven in (False, True)}
     for schema in CASES.values():
         compiler = Compiler.load(schema, style, leaves=True)
         guide = compile_stitched(compiler.document(), compiler.leaves, canonical, leaf_exceptions=compiler.exceptions)
         linker = guide._linker
         for (roots, ctx), fragment in linker.fragment_of.items():
-            first = linker.sk.first_bytes(roots)
-            proven = bool(first) and any(b < 0x80 and table[ctx, b] for b in first)
-            counts[fragment is None, proven] += 1
+            counts[fragment is None, proven_live(linker.sk, canonical, roots, ctx)] += 1
     assert counts[True, True] == 0, counts
-    assert counts[True, False] > 0 or style == "json", counts
-    assert counts[False, True] > 2 * counts[False, False], counts
+    assert counts[True, False] > 0 or (tokenizer, style) != ("gpt2", "yaml"), counts
+    assert counts[False, True] > counts[False, False], counts
 
 
 def test_every_text_is_spelled_where_the_tokenizer_can_spell_it():
-    """The proof above needs every completion to have a tokenization: true of GPT-2 and Llama-3 (byte-level, no
-    normaliser); not of Qwen3 (NFC rewrites U+212B ANGSTROM SIGN, so no tokenization holds it) nor SmolLM2 (no token
-    for some control bytes), whose lazy guides link every instance when they are compiled."""
-    from product.stitched import _live_after_cut, _spells_every_text
+    """The proof above needs the completion to have a tokenization: every text has one on GPT-2 and Llama-3
+    (byte-level, no normaliser); not on Qwen3 (NFC rewrites U+212B ANGSTROM SIGN, so no tokenization holds it) nor
+    SmolLM2 (no token for some control bytes), where printable ASCII is what is safe."""
+    from product.stitched import _safe_bytes, _spells_every_text
 
     assert _spells_every_text(automaton_of("gpt2")) and _spells_every_text(automaton_of("llama3"))
     for name in ("qwen3", "smollm2"):
-        assert not _spells_every_text(automaton_of(name)) and _live_after_cut(automaton_of(name)) is None
+        assert not _spells_every_text(automaton_of(name))
+        assert _safe_bytes(automaton_of(name)) == frozenset(range(0x20, 0x7F))
     runtime = runtime_of("qwen3")
     assert runtime.decode(runtime.encode("\u212b", add_special_tokens=False).ids) != "\u212b"
-
-
-def test_a_lazily_linked_guide_serves_batches_threads_and_copies():
-    """Instances entered as walks reach them, from several threads at once, through batches of matchers, and in a
-    pickled copy (which links what it enters from its own process's library): masks equal the eager guide's."""
-    import pickle
-    from concurrent.futures import ThreadPoolExecutor
-
-    from product import Matcher, allocate_token_bitmask, fill_next_token_bitmasks
-    from product.stitched import FragmentLibrary
-    from tests.product.test_stitched import NESTED
-    from vegas.schema import Compiler
-
-    canonical = automaton_of("llama3")
-    compiler = Compiler.load(NESTED, "json", leaves=True)
-    skeleton, options = compiler.document(), dict(leaf_exceptions=compiler.exceptions)
-    eager = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), **options)
-    lazy = compile_stitched(skeleton, compiler.leaves, canonical, library=FragmentLibrary(canonical), lazy=True,
-                            **options)
-    copied = pickle.loads(pickle.dumps(lazy))
-
-    def serve(seed):
-        paths = _random_paths(eager, seed=seed, walks=3, steps=40)
-        for path in paths:
-            a, b = eager.initial_state, lazy.initial_state
-            for t in path:
-                assert np.array_equal(lazy.allowed(b), eager.allowed(a))
-                a, b = eager.advance(a, t), lazy.advance(b, t)
-        return paths
-
-    with ThreadPoolExecutor(4) as pool:
-        paths = [p for found in pool.map(serve, range(20, 24)) for p in found]
-    for path in paths[:4]:
-        matchers = [Matcher(lazy), Matcher(eager)]
-        for t in path:
-            out = allocate_token_bitmask(2, canonical.vocab_size)
-            fill_next_token_bitmasks(matchers, out)
-            assert np.array_equal(out[0].numpy(), out[1].numpy())
-            for m in matchers:
-                m.accept_token(t)
-        for k in range(len(path) + 1):
-            assert np.array_equal(copied.allowed(_walk(copied, path[:k])), eager.allowed(_walk(eager, path[:k])))
+    smollm2 = automaton_of("smollm2")
+    assert b"\x04" not in {text for text in smollm2.token_bytes if text}
 
 
 @pytest.mark.parametrize("style", ["json", "yaml"])
