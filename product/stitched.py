@@ -728,7 +728,9 @@ def proven_live(sk: Skeleton, canonical: CanonicalAutomaton, roots: frozenset, c
     if table is None:
         return False
     safe = _safe_bytes(canonical)
-    first = sk.first_bytes(roots) if safe is None else sk.safe_first_bytes(roots, safe)
+    if safe is not None:
+        return bool(sk.safe_first_bytes(roots, safe, frozenset(np.flatnonzero(table[ctx]).tolist())))
+    first = sk.first_bytes(roots)
     return bool(first) and any(b < 0x80 and table[ctx, b] for b in first)
 
 
