@@ -24,7 +24,8 @@ reaches an exit, the state moves to the next instance's initial state in the con
 instance is (cut states, entry context), built for every context an exit node of its predecessor has (several
 cut states where overlapping leaves let one text end at several exits). So the masks are the fragment guides'
 masks, unchanged, and every allowed token still leads to a live state: an exit is final in its fragment only
-where the instance it leads to is live (``compile_stitched`` solves this across instances). Where a leaf
+where the instance it leads to is live (``_Linker`` solves this across instances; for a lazy guide, an instance the
+pre-tokenizer proves live, ``proven_live``, is built only when a walk first enters it). Where a leaf
 overlaps the literal before a cut, the text could go on past the exit inside the fragment: that cut is not made
 there (a *soft* exit). Cycles inside a fragment are written by state elimination.
 
