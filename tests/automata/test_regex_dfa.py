@@ -107,7 +107,7 @@ def test_minimise_merges_equivalent_states_and_is_idempotent():
 @settings(max_examples=300, deadline=None)
 @given(data=st.data())
 def test_minimise_agrees_with_table_filling_on_random_dfas(data):
-    """The compiled refinement (Hopcroft's) against the textbook oracle: on the trimmed DFA, two states are equivalent iff no
+    """The compiled refinement (Valmari and Lehtinen's, over the transitions that exist) against the textbook oracle: on the trimmed DFA, two states are equivalent iff no
     string tells them apart (table filling); the minimal DFA has one state per class and the same language."""
     n, k = data.draw(st.integers(1, 24)), data.draw(st.integers(1, 3))
     rows = data.draw(st.lists(st.lists(st.integers(-1, n - 1), min_size=k, max_size=k), min_size=n, max_size=n))
