@@ -408,6 +408,20 @@ def _split(elems, sidx, first, mid, end, touched, num_touched, num_sets):
 
 
 @njit(**_KERNEL)
+def _partition(ids, num_sets, capacity):
+    """A refinable partition (``_mark``, ``_split``) of the elements 0.. into the sets ``ids`` names (0..num_sets - 1),
+    with room for ``capacity`` sets: (elems, loc, sidx, first, end, mid), each set's elements in increasing order."""
+    elems, bounds = group_by(ids, np.arange(len(ids)), num_sets)
+    loc = np.empty(len(ids), dtype=np.int64)
+    loc[elems] = np.arange(len(ids))
+    first = np.zeros(capacity, dtype=np.int64)
+    end = np.zeros(capacity, dtype=np.int64)
+    first[:num_sets] = bounds[:-1]
+    end[:num_sets] = bounds[1:]
+    return elems, loc, ids.astype(np.int64), first, end, first.copy()
+
+
+@njit(**_KERNEL)
 def _coarsest(table, block):
     """The coarsest refinement of the partition ``block`` (dense ids 0..) that ``table``'s successors respect, a
     missing transition (MISSING) telling its state apart from every state that has one (the states are trim), by
@@ -432,55 +446,13 @@ def _coarsest(table, block):
             if table[s, j] >= 0:
                 tail[t], label[t], head[t] = s, j, table[s, j]
                 t += 1
-    # incoming transitions of each state
-    in_first = np.zeros(n + 1, dtype=np.int64)
-    for t in range(m):
-        in_first[head[t] + 1] += 1
-    for s in range(n):
-        in_first[s + 1] += in_first[s]
-    fill = in_first[:-1].copy()
-    incoming = np.empty(m, dtype=np.int64)
-    for t in range(m):
-        incoming[fill[head[t]]] = t
-        fill[head[t]] += 1
-    # the state partition, from ``block``
-    num_blocks = 0
-    for s in range(n):
-        num_blocks = max(num_blocks, block[s] + 1)
-    b_first = np.zeros(n + 1, dtype=np.int64)
-    for s in range(n):
-        b_first[block[s] + 1] += 1
-    for b in range(num_blocks):
-        b_first[b + 1] += b_first[b]
-    b_end = np.empty(n + 1, dtype=np.int64)
-    b_end[:num_blocks] = b_first[1:num_blocks + 1]
-    b_elems = np.empty(n, dtype=np.int64)
-    b_loc = np.empty(n, dtype=np.int64)
-    b_sidx = np.empty(n, dtype=np.int64)
-    at = b_first[:num_blocks].copy()
-    for s in range(n):
-        b = block[s]
-        b_elems[at[b]], b_loc[s], b_sidx[s] = s, at[b], b
-        at[b] += 1
-    b_mid = b_first.copy()
-    # the transition partition, by symbol (a symbol no transition reads: an empty set, which splits nothing)
+    incoming, in_first = group_by(head, np.arange(m), n)  # incoming transitions of each state
+    # the state partition, from ``block``; the transition partition, by symbol (a symbol no transition reads: an
+    # empty set, which splits nothing)
+    num_blocks = block.max() + 1 if n else 0
+    b_elems, b_loc, b_sidx, b_first, b_end, b_mid = _partition(block, num_blocks, n + 1)
     num_cords = k
-    c_first = np.zeros(k + m + 1, dtype=np.int64)
-    for t in range(m):
-        c_first[label[t] + 1] += 1
-    for c in range(num_cords):
-        c_first[c + 1] += c_first[c]
-    c_end = np.empty(k + m + 1, dtype=np.int64)
-    c_end[:num_cords] = c_first[1:num_cords + 1]
-    c_elems = np.empty(m, dtype=np.int64)
-    c_loc = np.empty(m, dtype=np.int64)
-    c_sidx = np.empty(m, dtype=np.int64)
-    at = c_first[:num_cords].copy()
-    for t in range(m):
-        c = label[t]
-        c_elems[at[c]], c_loc[t], c_sidx[t] = t, at[c], c
-        at[c] += 1
-    c_mid = c_first.copy()
+    c_elems, c_loc, c_sidx, c_first, c_end, c_mid = _partition(label, num_cords, k + m + 1)
     touched = np.empty(max(n, k + m) + 1, dtype=np.int64)
     b, c = 1, 0  # (every initial block but one splits the transitions; every transition set splits the blocks)
     while c < num_cords:
