@@ -519,7 +519,7 @@ class _Linker:
     changes. Dead exits are rare (a YAML line break whose pre-tokenizer context needs a space after it, then a key):
     most fragments are built once.
 
-    ``defer`` (lazy guides): a successor whose liveness follows from the pre-tokenizer alone (``_proven_live``: a
+    ``defer`` (lazy guides): a successor whose liveness follows from the pre-tokenizer alone (``proven_live``: a
     piece boundary at the cut stands whatever follows one of the fragment's first bytes) is not built; the stitched
     guide settles it when a walk first reaches it. Every other successor is settled with its predecessor, so an
     instance a walk can enter never has an exit into a dead one, and one settled later never changes an instance
@@ -532,8 +532,7 @@ class _Linker:
         self.leaf_exceptions, self.canonical_only, self.lazy = leaf_exceptions, canonical_only, lazy
         self.eos, self.max_states, self.max_transitions = eos, max_states, max_transitions
         self.num_open = canonical.num_open_contexts if canonical_only else 1
-        self.live_after_cut = _live_after_cut(canonical) if defer and canonical_only else None
-        self.defer = self.live_after_cut is not None
+        self.defer = defer and canonical_only and _live_after_cut(canonical) is not None
         self.counts = {False: 0, True: 0}  # fragments taken from the library / compiled now
         self.written: dict[tuple, tuple[str, list[int]]] = {}  # (roots, soft exits) -> regex, exits' cut states
         self.written_all = False
@@ -566,9 +565,6 @@ class _Linker:
                 checkpoint()
                 if (frozenset([q]), frozenset()) not in self.written:
                     self.written[frozenset([q]), frozenset()] = sk.fragment(frozenset([q]))
-
-    def _proven_live(self, key: tuple) -> bool:
-        return proven_live(self.sk, self.canonical, *key)
 
     def settle(self, key: tuple) -> None:
         """Build ``key``'s instance (if not built) and every successor it needs built (module docstring)."""
@@ -607,7 +603,7 @@ class _Linker:
             for succ in successors.values():
                 self.predecessors.setdefault(succ, set()).add(key)
                 if succ not in fragment_of:
-                    if self.defer and self._proven_live(succ):
+                    if self.defer and proven_live(self.sk, self.canonical, *succ):
                         fragment_of[succ] = _DEFERRED
                     else:
                         fragment_of[succ] = _QUEUED
@@ -742,8 +738,8 @@ def _live_after_cut(canonical: CanonicalAutomaton) -> np.ndarray | None:
     whose fragment can start with that byte is live: the tokens so far are the BPE of their pieces, and any
     completion of the constraint starting with the byte is tokenized on its own after them. (A JSON fragment after
     punctuation starts with ``"``, a digit, a letter or a space: every instance of the first-sight bench's schemas
-    is proven so, GPT-2 and Llama-3.) None where the pre-tokenizer never places a boundary, or no character is safe
-    (``_safe_bytes``): the argument needs a completion that has a tokenization."""
+    is proven so, GPT-2 and Llama-3; a tokenizer without pre-tokenizer splits, Mistral's, gets no byte.) None where
+    no character is safe (``_safe_bytes``): the argument needs a completion that has a tokenization."""
 
     def build():
         if _safe_bytes(canonical) == frozenset():
@@ -783,10 +779,12 @@ def _safe_bytes(canonical: CanonicalAutomaton) -> frozenset | None:
 
 def _reads(canonical: CanonicalAutomaton, text: str) -> bool:
     """Whether the canonical automaton reads ``text`` as a whole text in some split into tokens of up to 3 bytes."""
-    blob, offsets = canonical.token_blob, canonical.token_offsets
-    lengths = np.diff(offsets) * canonical.token_has_bytes
-    token_of = per_automaton(canonical, "short tokens by bytes", lambda: {
-        bytes(blob[offsets[t]:offsets[t + 1]]): int(t) for t in np.flatnonzero((lengths >= 1) & (lengths <= 3))})
+    def short_tokens() -> dict[bytes, int]:
+        blob, offsets = canonical.token_blob, canonical.token_offsets
+        lengths = np.diff(offsets) * canonical.token_has_bytes
+        return {bytes(blob[offsets[t]:offsets[t + 1]]): int(t) for t in np.flatnonzero((lengths >= 1) & (lengths <= 3))}
+
+    token_of = per_automaton(canonical, "short tokens by bytes", short_tokens)
 
     def walk(raw: bytes, class_id: int) -> bool:
         if not raw:

@@ -176,7 +176,7 @@ class KeyedGuide:
         self.num_words = inner.num_words
         self._trie = _key_trie(canonical, tuple(words))
         self._size = len(self._trie.children)  # (trie nodes: a state's low part)
-        self._lazy_inner = hasattr(inner, "_nodes")  # (a LazyGuide: its exits are named by node key)
+        self._inner_exit_key = getattr(inner, "exit_key", None)  # (a LazyGuide names its exits by node key)
         self._classes = list(classes)
         self._texts = self._trie._texts
         self._live_of: dict[tuple[int, int], bool] = {}
@@ -220,9 +220,7 @@ class KeyedGuide:
         key that is no word, or another way out)."""
         inner, node = divmod(state, self._size)
         word = self._trie.word[node] if node != _OUT else None
-        at = inner // self._M
-        if self._lazy_inner:
-            at = int(self._inner._nodes.keys[at])
+        at = self._inner_exit_key(inner) if self._inner_exit_key is not None else inner // self._M
         return at, self._classes[word] if word is not None and self._classes[word] > 0 else 0
 
     def _fill_row(self, state: int, words: np.ndarray) -> None:

@@ -181,6 +181,11 @@ class LazyGuide(Guide):
         q, ctx = self._key(node)
         return self._at_live_exit(node) or (bool(self._accepting[q]) and bool(self._canonical.context_final[ctx]))
 
+    def exit_key(self, state: int) -> int:
+        """The key a stitched guide names an exit of this fragment by: the state's node's ``q * contexts + ctx``
+        (node ids are handed out as walks meet them, so its exits are listed by key before their nodes exist)."""
+        return int(self._nodes.keys[state // self._M])
+
     def _at_live_exit(self, node: int) -> bool:
         """Whether the node is at a cut exit that leads on (a stitched guide moves to the next fragment there)."""
         q, ctx = self._key(node)

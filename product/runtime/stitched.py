@@ -52,9 +52,9 @@ class StitchedGuide(Guide):
         self._index: dict[tuple, int] = {}
         self._keys: list[tuple] = []
         # per instance (None: numbered, not entered yet): the instance, its guide, whether that is lazy, how it
-        # names its exits (a choice of keys by (node, the key's class), ``product.runtime.keyed``; others by node,
-        # a lazy guide's by key ``state * contexts + context``, known before the node is) and, per exit, the index
-        # of the instance it leads to
+        # names its exits (``exit_key``: a choice of keys by (node, the key's class), ``product.runtime.keyed``; a
+        # lazy guide by node key ``state * contexts + context``, known before the node is; None: others, by node)
+        # and, per exit, the index of the instance it leads to
         self._instances: list = []
         self._guides: list = []
         self._lazy: list[bool] = []
@@ -197,12 +197,7 @@ class StitchedGuide(Guide):
                                        f"{state} of {self.name!r}") from None
         exit_key = self._exit_keys[i]
         # (no jump past the nodes of a counted fragment's loop, k > 0)
-        if exit_key is not None:
-            key = exit_key(after)
-        elif self._lazy[i]:
-            key = int(guide._nodes.keys[after // self._M])
-        else:
-            key = after // self._M
+        key = exit_key(after) if exit_key is not None else after // self._M
         jump = self._jump[i].get(key)
         if jump is None:
             if self._lazy[i] and guide._at_live_exit(after // self._M):
