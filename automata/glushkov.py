@@ -342,10 +342,15 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
     return CharDFA(class_target, accepting, 0, mapping)
 
 
-_MAX_POSITIONS_DEFAULT = 120_000  # (``_MAX_POSITIONS``, defined below with the construction's other caps)
+# Positions at most, whatever max_states: numbering them is a walk over the tree in Python, and the subset
+# construction's states hold lists of them (a 1.2M-character schema regex once reached 14 GB at ~300k positions
+# before its StateLimitError; capped here it fails in seconds). The largest fragment regexes compiled have ~26k.
+_MAX_POSITIONS = 120_000
+_CHARS_PER_POSITION = 16  # characters of pattern per position at most (``_check_length``)
+_SPARSE_POSITIONS = 128  # positions at least for the sparse subset construction
 
 
-def position_matcher(tree: Pattern, max_positions: int = _MAX_POSITIONS_DEFAULT):
+def position_matcher(tree: Pattern, max_positions: int = _MAX_POSITIONS):
     """A function telling whether a text matches ``tree`` whole, by running the position automaton of steps 1-2
     on it (no subset construction: each character costs the positions live after the one before), or None if the
     tree uses what this construction leaves out. For a pattern whose DFA is too large to build but whose texts are
@@ -372,14 +377,6 @@ def position_matcher(tree: Pattern, max_positions: int = _MAX_POSITIONS_DEFAULT)
         return nullable if here is None else not here.isdisjoint(ends)
 
     return matches
-
-
-# Positions at most, whatever max_states: numbering them is a walk over the tree in Python, and the subset
-# construction's states hold lists of them (a 1.2M-character schema regex once reached 14 GB at ~300k positions
-# before its StateLimitError; capped here it fails in seconds). The largest fragment regexes compiled have ~26k.
-_MAX_POSITIONS = 120_000
-_CHARS_PER_POSITION = 16  # characters of pattern per position at most (``_check_length``)
-_SPARSE_POSITIONS = 128  # positions at least for the sparse subset construction
 class _Subtrees:
     """Alternations (groups) numbered in this process: (node id, flags) -> (node, its block, or None where seen
     once). An alternation of ``_BLOCK_POSITIONS`` positions or more is numbered by copying once it has been seen

@@ -21,7 +21,7 @@ import numpy as np
 from interegular.fsm import anything_else
 
 from automata import MISSING, EmptyLanguageError, glushkov, parse
-from automata.dfa import minimal_table
+from automata.dfa import DFA, Alphabet, minimal_table
 from automata.errors import CanonmergeError, RegexError, StateLimitError
 from automata.regex import char_dfa, exit_marker, shown
 from automata.regions import eliminate
@@ -270,7 +270,7 @@ class Skeleton:
         for ch in self._chars_of[c]:
             if ch in self._leaves:
                 found |= _leaf_safe_openings(self._leaves[ch], safe)
-            elif len(ch) == 1 and ord(ch) < 0x80 and ord(ch) in safe:
+            elif len(ch) == 1 and ord(ch) in safe:
                 found.add(ord(ch))
         return frozenset(found)
 
@@ -745,13 +745,10 @@ def _leaf_safe_openings(regex: str, safe: frozenset) -> frozenset:
     other = mapping[anything_else]
     column = {b: mapping.get(chr(b), other) for b in safe}
     columns = sorted(set(column.values()))
-    good = np.asarray(accepting, dtype=bool).copy()
-    steps = table[:, columns]  # [state, safe class] -> state (MISSING: none)
-    while True:  # states from which safe characters reach acceptance
-        reach = ((steps != MISSING) & good[np.maximum(steps, 0)]).any(axis=1) | good
-        if (reach == good).all():
-            break
-        good = reach
+    # the states from which safe characters reach acceptance: the leaf's DFA over its safe classes only
+    safe_only = DFA(np.ascontiguousarray(table[:, columns], dtype=np.int32), np.asarray(accepting, dtype=bool), start,
+                    Alphabet("labels", tuple(str(k) for k in columns)))
+    good = safe_only.coreachable()
     return frozenset(b for b, k in column.items() if table[start, k] != MISSING and good[table[start, k]])
 
 
