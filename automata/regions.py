@@ -129,11 +129,31 @@ def _eliminate(dfa: DFA, labels: list, max_length: int) -> str:
     return eliminate(edges, SOURCE, SINK, max_length)
 
 
-def eliminate(edges: dict, source, sink, max_length: int) -> str:
+class TextLabels:
+    """How ``eliminate`` joins labels that are regex texts (its default): ``size`` is the text's length."""
+
+    empty = ""
+
+    @staticmethod
+    def size(label: str) -> int:
+        return len(label)
+
+    @staticmethod
+    def join(old: str, new: str) -> str:
+        return f"(?:{old}|{new})"
+
+    @staticmethod
+    def through(into: str, loop: str | None, out_of: str) -> str:
+        return into + (f"(?:{loop})*" if loop is not None else "") + out_of
+
+
+def eliminate(edges: dict, source, sink, max_length: int, labels=TextLabels):
     """State elimination: ``edges`` maps (from, to) to a regex (parallel edges already joined); every node but
     ``source`` and ``sink`` is removed, the one with the fewest in x out edges first (ties by ``repr``), each path
     through it becoming in-label (loop)* out-label. Returns the regex from source to sink ('' if none: callers
     check emptiness first). ``StateLimitError`` once the labels outgrow ``max_length`` characters.
+    ``labels``: how labels are sized and joined (``TextLabels``, or any object with its four members: labels may be
+    syntax trees).
 
     Each node's in- and out-neighbours (self-loops aside) and the labels' total length are kept up to date as
     edges come and go; neighbours in the order their edges entered ``edges``, so the regex is the one a scan of
@@ -145,37 +165,37 @@ def eliminate(edges: dict, source, sink, max_length: int) -> str:
         ins.setdefault(a, {}), outs.setdefault(a, {}), ins.setdefault(b, {}), outs.setdefault(b, {})
         if a != b:
             ins[b][a] = outs[a][b] = None
-    total = sum(len(r) for r in edges.values())
+    size = labels.size
+    total = sum(size(r) for r in edges.values())
 
-    def add(a, b, regex: str) -> None:
+    def add(a, b, regex) -> None:
         nonlocal total
         old = edges.get((a, b))
         if old is None:
             edges[a, b] = regex
-            total += len(regex)
+            total += size(regex)
             if a != b:
                 ins[b][a] = outs[a][b] = None
         else:
-            edges[a, b] = f"(?:{old}|{regex})"
-            total += len(edges[a, b]) - len(old)
+            edges[a, b] = labels.join(old, regex)
+            total += size(edges[a, b]) - size(old)
 
     nodes = set(ins) - {source, sink}
     name = {k: repr(k) for k in nodes}
     while nodes:
         k = min(nodes, key=lambda n: (len(ins[n]) * len(outs[n]), name[n]))
         loop = edges.pop((k, k), None)
-        star = f"(?:{loop})*" if loop is not None else ""
         into = [(a, edges.pop((a, k))) for a in ins.pop(k)]
         out_of = [(b, edges.pop((k, b))) for b in outs.pop(k)]
-        total -= sum(len(r) for _, r in into) + sum(len(r) for _, r in out_of) + len(loop or "")
+        total -= sum(size(r) for _, r in into) + sum(size(r) for _, r in out_of) + (0 if loop is None else size(loop))
         for a, _ in into:
             del outs[a][k]
         for b, _ in out_of:
             del ins[b][k]
         for a, r_in in into:
             for b, r_out in out_of:
-                add(a, b, f"{r_in}{star}{r_out}")
+                add(a, b, labels.through(r_in, loop, r_out))
         nodes.discard(k)
         if total > max_length:
             raise StateLimitError(f"a regex written by state elimination outgrows {max_length} characters")
-    return edges.get((source, sink), "")
+    return edges.get((source, sink), labels.empty)

@@ -26,8 +26,10 @@ import re
 from decimal import Decimal
 from functools import lru_cache
 
+from automata.errors import StateLimitError
 from vegas.charset import ANY, ESCAPED, CharSet, alternation, class_regex, literal, spelled, word_trie
 from vegas.errors import SchemaError, UnsupportedSchemaError
+from vegas.intersection import intersection
 
 __all__ = ["integer_regex", "bounded_integer_regex", "number_regex", "MAX_INTEGER_DIGITS", "MAX_FRACTION_DIGITS",
            "free_string_body", "plain_regex", "not_plain_body", "is_plain_safe", "format_regex", "format_body", "repeat", "number_bound", "splits_exponent_forms",
@@ -722,6 +724,9 @@ def _lengths(node: tuple) -> tuple[int, int | None]:
 
 
 _MAX_SPLITS = 256  # ways to share a length bound out among a sequence's parts, tried one by one
+# The longest bound counted on an automaton where ``_bounded`` cannot share it out: state elimination over a counter
+# grows fast with it (``^\d+\.\d+\.\d+.*$`` with at most 16 characters: a 15k-character regex; 32: past the cap).
+_MAX_COUNTED_BOUND = 16
 
 
 class _Unbounded(Exception):
@@ -795,28 +800,37 @@ def _bounded(node: tuple, lo: int, hi: int | None, budget: list | None = None) -
 
 
 def pattern_regex(pattern: str, style: str, pointer: str, min_length: int = 0, max_length: int | None = None,
-                  keyword: str = "pattern") -> str | None:
+                  keyword: str = "pattern", format_name: str | None = None) -> str | None:
     """The written characters (inside double quotes) of every string in which ``pattern`` finds a match, with
-    ``min_length``..``max_length`` characters (None when no string has; ``UnsupportedSchemaError`` when the
-    bound cannot be applied exactly: ``_bounded``)."""
+    ``min_length``..``max_length`` characters and, given ``format_name`` (a known format), of that format (None when
+    no string is all that). The bound is shared out over the tree's parts (``_bounded``), else it is one more
+    automaton in an intersection (``vegas.intersection``), as a format is. ``UnsupportedSchemaError`` where the
+    intersection has no regex of a reasonable size."""
     tree = _read(pattern, pointer, keyword)
-    if min_length or max_length is not None:
-        try:
-            tree = _bounded(tree, min_length, max_length)
-        except _Unbounded:
-            raise UnsupportedSchemaError(f"{keyword} {pattern!r} with a length bound ({min_length}..{max_length}): "
-                                         "several open-ended parts would share the count", keyword=keyword,
-                                         pointer=pointer) from None
-        if tree is None:
-            return None
-    return _spell(tree, style)
+    bounded = bool(min_length) or max_length is not None
+    try:
+        if format_name is not None:
+            tree = intersection(tree, _read(f"^({FORMATS[format_name]})$", pointer, "format"))
+        if tree is not None and bounded:
+            try:
+                tree = _bounded(tree, min_length, max_length)
+            except _Unbounded:  # several open-ended parts would share the count: count on the automaton instead
+                if max(min_length, max_length or 0) > _MAX_COUNTED_BOUND:
+                    raise StateLimitError("several open-ended parts would share the count") from None
+                tree = intersection(tree, ("rep", ("set", ANY), min_length, max_length))
+    except StateLimitError as exc:
+        with_format = f" with format {format_name!r}" if format_name is not None else ""
+        with_bound = f" with a length bound ({min_length}..{max_length})" if bounded else ""
+        raise UnsupportedSchemaError(f"{keyword} {pattern!r}{with_format}{with_bound}: {exc}", keyword=keyword,
+                                     pointer=pointer) from None
+    return None if tree is None else _spell(tree, style)
 
 
 def format_body(name: str, style: str, pointer: str, min_length: int = 0, max_length: int | None = None) -> str | None:
     """``pattern_regex`` for a known ``format`` (its regex, anchored at both ends)."""
     try:
         return pattern_regex(f"^({FORMATS[name]})$", style, pointer, min_length, max_length, keyword="format")
-    except UnsupportedSchemaError:
-        raise UnsupportedSchemaError(f"format {name!r} with a length bound ({min_length}..{max_length}): several "
-                                     "open-ended parts would share the count", keyword="format",
-                                     pointer=pointer) from None
+    except UnsupportedSchemaError as exc:
+        why = str(exc).split(": ", 1)[1].rsplit(" (keyword", 1)[0]
+        raise UnsupportedSchemaError(f"format {name!r} with a length bound ({min_length}..{max_length}): {why}",
+                                     keyword="format", pointer=pointer) from None

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from urllib.parse import unquote
 
 from automata import RegexError, StateLimitError, from_regex
+from automata.budget import checkpoint
 from automata.grammar.regular import call_marker
 from automata.regions import regions
 from product import PLACEHOLDERS, StitchError
@@ -82,6 +83,11 @@ _BY_TYPE = {
 _BY_TYPE["integer"] = _BY_TYPE["number"]
 # (style, strict, any_depth, position, depth) -> the regex of any value written there (``Compiler.value``)
 _ANYTHING: dict[tuple, str | None] = {}
+# A skeleton's text past which its walk stops (``Compiler.value``): skeletons read literal runs as one position each,
+# so a compiled one can be longer than a regex (1.92M characters, ``automata.glushkov``); MaskBench's largest
+# compiled are ~0.3M. Unrolled recursion multiplies the text level by level (Github_hard o69211: 2.8M characters
+# at one level, 60x that at the next, 19 GB before its budget stopped it).
+_MAX_SKELETON_CHARACTERS = 8_000_000
 
 
 @dataclass
@@ -274,7 +280,7 @@ class Compiler:
             parts = schema.pop("allOf")
             if not isinstance(parts, list) or not parts:
                 raise SchemaError("allOf must be a non-empty array", keyword="allOf", pointer=pointer)
-            alts = self.alternatives(schema, pointer, stack)
+            alts = self._rest(schema, pointer, stack)
             for i, part in enumerate(parts):
                 part_alts = self.alternatives(part, f"{pointer}/allOf/{i}", stack)
                 alts = [merged for a in alts for b in part_alts if (merged := self._merge(a, b)) is not None]
@@ -284,7 +290,7 @@ class Compiler:
                 branches = schema.pop(keyword)
                 if not isinstance(branches, list) or not branches:
                     raise SchemaError(f"{keyword} must be a non-empty array", keyword=keyword, pointer=pointer)
-                base = self.alternatives(schema, pointer, stack)
+                base = self._rest(schema, pointer, stack)
                 alts = []
                 for i, branch in enumerate(branches):
                     branch_alts = self.alternatives(branch, f"{pointer}/{keyword}/{i}", stack)
@@ -299,6 +305,14 @@ class Compiler:
                         return exclusive
                 return alts
         return [Alternative(schema, pointer, self._types(schema, pointer), stack)]
+
+    def _rest(self, schema: dict, pointer: str, stack: tuple) -> list[Alternative]:
+        """The alternatives of a node's keywords beside its ``allOf``/``anyOf``/``oneOf``, merged with each part: none
+        left is no constraint, not a value of "anything" (whose nesting ``any_depth`` bounds: the merge with a part
+        is the part's value, at the part's depth)."""
+        if not schema:
+            return [Alternative({}, pointer, TYPES, stack)]
+        return self.alternatives(schema, pointer, stack)
 
     def _call(self, target, target_pointer: str, pointer: str, stack: tuple, rest: dict) -> Alternative:
         """A recursive ``$ref`` with ``max_recursion=None``: an alternative that calls the target's rule (its regex
@@ -559,8 +573,7 @@ class Compiler:
         elif "additionalProperties" in sb:
             merged["additionalProperties"] = sb["additionalProperties"]
         merged["type"] = list(dict.fromkeys(types))
-        return Alternative(merged, a.pointer, tuple(dict.fromkeys(types)), a.stack + tuple(
-            p for p in b.stack if p not in a.stack))
+        return Alternative(merged, a.pointer, tuple(dict.fromkeys(types)), _joined_stacks(a.stack, b.stack))
 
     @staticmethod
     def _merge_items(sa: dict, sb: dict) -> dict:
@@ -628,8 +641,14 @@ class Compiler:
                 _ANYTHING[anything] = regex
             self._memo[key] = (schema, self.leaf(_ANYTHING[anything]))
         if key not in self._memo:
+            checkpoint()  # (the compile's budget: unrolled recursion can multiply the values to write)
             parts = [self.typed(alt, t, pos) for alt in self.alternatives(schema, pointer, stack) for t in alt.types]
-            self._memo[key] = (schema, _union(self._merge_leaves(parts)))
+            regex = _union(self._merge_leaves(parts))
+            if regex is not None and self.leaves is not None and len(regex) > _MAX_SKELETON_CHARACTERS:
+                raise StateLimitError(f"the skeleton's text at {pointer} outgrows {_MAX_SKELETON_CHARACTERS:,} "
+                                      "characters (each level of unrolled recursion multiplies it: pass a smaller "
+                                      "max_recursion, or max_recursion=None in JSON)")
+            self._memo[key] = (schema, regex)
         return self._memo[key][1]
 
     def _merge_leaves(self, parts: list[str | None]) -> list[str | None]:
@@ -728,11 +747,10 @@ class Compiler:
             return None
         pattern, fmt = s.get("pattern"), s.get("format")
         fmt_regex = lexical.format_regex(fmt) if isinstance(fmt, str) else None
-        if pattern is not None and fmt_regex is not None:
-            raise UnsupportedSchemaError("pattern together with a format", keyword="pattern", pointer=p)
         bounded = lo > 0 or hi is not None
         if pattern is not None:
-            body = lexical.pattern_regex(pattern, self.style, p, lo, hi)
+            body = lexical.pattern_regex(pattern, self.style, p, lo, hi,
+                                         format_name=fmt if fmt_regex is not None else None)
             if body is None:
                 return None
         elif fmt_regex is not None:
@@ -974,6 +992,16 @@ def _spelled_all_but(chars: str, style: str) -> str:
     cached (they were most of the time a free key's leaf took)."""
     others = ANY - CharSet.chars(chars)
     return spelled(others, style) if others else ""
+
+
+def _joined_stacks(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    """The stack of two merged alternatives: both grew from the node's own stack, so ``a`` and what ``b`` adds past
+    their common start. Repeats stay: a ``$ref`` entered again under ``oneOf`` counts towards ``max_recursion``
+    (dropping them let a recursive ``oneOf`` unroll without end)."""
+    common = 0
+    while common < min(len(a), len(b)) and a[common] == b[common]:
+        common += 1
+    return a + b[common:]
 
 
 def _count(schema: dict, keyword: str, default, pointer: str):

@@ -10,6 +10,7 @@ import itertools
 import json
 import re
 import signal
+import time
 import zlib
 
 import jsonschema
@@ -21,6 +22,7 @@ from hypothesis import strategies as st
 
 import product
 import vegas
+from automata import StateLimitError
 from bpe.assets import json_schema_test_suite
 from product.counted import CountedGuide
 from tests.schema_cases import INVALID, PERSON, SCHEMAS, VALID
@@ -138,6 +140,46 @@ def test_patterns_with_length_bounds_are_exact(pattern, lo, hi, text):
         assert (re.fullmatch(regex, format_instance(text, schema, style=style)) is not None) == valid, (schema, text)
 
 
+_PATTERNS_WITH_FORMATS = [("^([0-9]{4})(-([0-9]{2}))?(-([0-9]{2}))?$", "date"), ("^\\d{4}-\\d{2}-29$", "date"),
+                          ("^[a-z.]+@example\\.(com|org)$", "email"), ("^10\\.", "ipv4"), ("T1", "date-time"),
+                          ("^[0-9a-f-]+$", "uuid"), ("^https://", "uri"), ("^[^.]*$", "hostname"), ("^2", "time")]
+
+
+@settings(max_examples=300)
+@given(st.sampled_from(_PATTERNS_WITH_FORMATS), st.integers(0, 12), st.one_of(st.none(), st.integers(8, 40)),
+       st.one_of(st.sampled_from(["2024-02-29", "2023-02-29", "2024-13-01", "2024", "a.b@example.com", "a@example.net",
+                                  "10.0.0.1", "10.0.0.256", "11.0.0.1", "2024-01-01T10:00:00Z", "2024-01-01T20:00:00Z",
+                                  "123e4567-e89b-12d3-a456-426614174000", "123E4567-e89b-12d3-a456-426614174000",
+                                  "https://a.b/c", "http://a.b", "example.org", "localhost", "23:59:59Z",
+                                  "12:00:00+01:00"]),
+                 st.text("0123456789-:T.Zaex@", max_size=24)))
+def test_patterns_beside_formats_are_exact(pattern_format, lo, hi, text):
+    """A ``pattern`` beside a known ``format``: the regex accepts a string iff the pattern finds a match in it and
+    the format's own regex matches it whole (each tested on its own elsewhere), within the length bounds."""
+    pattern, fmt = pattern_format
+    schema = {"type": "string", "pattern": pattern, "format": fmt, "minLength": lo,
+              **({} if hi is None else {"maxLength": hi})}
+    valid = (re.search(pattern, text) is not None and re.fullmatch(schema_regex({"type": "string", "format": fmt})[1:-1],
+                                                                     text) is not None
+             and lo <= len(text) and (hi is None or len(text) <= hi))
+    for style in STYLES:
+        try:
+            regex = schema_regex(schema, style)
+        except UnsupportedSchemaError as refused:  # only a length bound may make the pair too large to write
+            assert hi is not None and f"length bound ({lo}..{hi})" in str(refused)
+            continue
+        except SchemaError as empty:
+            assert "no instance" in str(empty) and not valid
+            continue
+        assert (re.fullmatch(regex, format_instance(text, schema, style=style)) is not None) == valid, (schema, text)
+
+
+def test_a_pattern_beside_a_format_too_large_together_is_refused():
+    with pytest.raises(UnsupportedSchemaError, match="pattern 'abc' with format 'uuid'") as info:
+        schema_regex({"type": "object", "properties": {"id": {"type": "string", "pattern": "abc", "format": "uuid"}}})
+    assert (info.value.keyword, info.value.pointer) == ("pattern", "#/properties/id")
+
+
 def test_formats_with_length_bounds_are_exact_or_refused():
     checker = jsonschema.Draft202012Validator.FORMAT_CHECKER
     cases = [("uuid", 0, 36, ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567"]),
@@ -244,6 +286,49 @@ def test_bad_schemas_get_typed_errors_naming_keyword_and_pointer():
         schema_regex({"type": "integer", "minimum": 5, "maximum": 3})
     with pytest.raises(ValueError):
         schema_regex({}, style="toml")
+
+
+_ELEMENT = {"$ref": "#/definitions/element", "definitions": {"element": {
+    "type": "object", "additionalProperties": False, "properties": {"tag": {"type": "string"}, "children": {
+        "oneOf": [{"type": "string"}, {"$ref": "#/definitions/element"},
+                  {"type": "array", "items": {"$ref": "#/definitions/element"}}]}}}}}
+
+
+@pytest.mark.parametrize("max_recursion", [1, 2, 3, 4])
+def test_recursion_through_one_of_unrolls_max_recursion_times(max_recursion):
+    """A ``$ref`` met again under ``oneOf`` counts towards ``max_recursion`` (merged alternatives once dropped the
+    repeat, and such a schema unrolled until Python's stack overflowed), and the merge with the node's empty rest is
+    no "anything" value (its nesting bound, ``any_depth``, once cut the unrolling at 3 whatever ``max_recursion``)."""
+    def nested(depth):
+        value = {"tag": "leaf"}
+        for _ in range(depth):
+            value = {"tag": "node", "children": value if depth % 2 else [value]}
+        return value
+
+    regex = re.compile(schema_regex(_ELEMENT, max_recursion=max_recursion))
+    for depth in range(6):
+        assert jsonschema.Draft7Validator(_ELEMENT).is_valid(nested(depth))
+        assert bool(regex.fullmatch(format_instance(nested(depth), _ELEMENT))) == (depth < max_recursion), depth
+
+
+def test_unrolling_that_multiplies_the_skeleton_stops_with_a_typed_error(monkeypatch):
+    """40 properties each recursing: each level of unrolling writes 40 times the objects of the one below. The
+    skeleton's walk checks the compile's budget at every value (it once ran 127 s and 19 GB past a 30 s budget) and
+    refuses a skeleton text past ``_MAX_SKELETON_CHARACTERS`` as soon as it is written."""
+    import vegas.schema
+    from automata.budget import CompileBudget, CompileTimeoutError
+
+    wide = {"$defs": {"n": {"type": "object", "properties": {
+        f"p{i}": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]} for i in range(40)}}}, "$ref": "#/$defs/n"}
+    canonical = automaton_of("gpt2")
+    started = time.monotonic()
+    with pytest.raises(CompileTimeoutError):
+        vegas.compile_schema(wide, canonical, library_dir=False, lazy=True, max_recursion=4,
+                             budget=CompileBudget(seconds=1.0))
+    assert time.monotonic() - started < 2.0  # (within 2x the budget, as every compile's)
+    monkeypatch.setattr(vegas.schema, "_MAX_SKELETON_CHARACTERS", 100_000)
+    with pytest.raises(StateLimitError, match="skeleton's text at #.* outgrows 100,000 characters"):
+        vegas.compile_schema(wide, canonical, library_dir=False, lazy=True)
 
 
 def test_schemas_come_as_dicts_json_strings_or_model_classes():
