@@ -54,6 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+from numba import njit
 
 from bpe.automaton import CanonicalAutomaton
 from bpe.storage import cache_dir
@@ -341,10 +342,21 @@ def _decode(stored: dict[str, np.ndarray], shared: dict[str, list[str]], shapes:
                                 np.diff(pool_starts)[np.maximum(-1 - index, 0)] if pool else 0)
         if not np.array_equal(piece_length, lengths):
             raise ValueError(f"{data_name}: piece lengths do not fit")
-        total = int(lengths.sum())
-        gather = np.arange(total, dtype=np.int64) + np.repeat(piece_start - bounds[:-1], lengths)
-        arrays[data_name] = source[gather].reshape(shape)
+        out = np.empty(int(lengths.sum()), dtype=dtype)
+        _copy_pieces(source, piece_start, bounds, out)
+        arrays[data_name] = out.reshape(shape)
     return arrays
+
+
+@njit(cache=True, nogil=True)
+def _copy_pieces(source, piece_start, bounds, out):
+    """``out[bounds[i]:bounds[i + 1]] = source[piece_start[i]:...]`` for every piece: one pass, no index array (a
+    large fragment's tables are tens of millions of entries, and gathering them through an index built by
+    ``np.repeat`` took 2 s of a 2.7 s load)."""
+    for i in range(len(piece_start)):
+        at = piece_start[i]
+        for j in range(bounds[i], bounds[i + 1]):
+            out[j] = source[at + j - bounds[i]]
 
 
 class FragmentStore:

@@ -34,6 +34,7 @@ the whole product, ``helps``).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import operator
 import threading
 from collections import OrderedDict
@@ -45,8 +46,8 @@ from automata.dfa import DFA
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import row_descriptor
-from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled
-from product.compiler.tables import _forbidden_index, guide_eos, row_kind, row_layout, vocabulary_trie
+from product.compiler.node_kernels import NodeTable, future_states, open_edges, pending_edges, pending_settled
+from product.compiler.tables import _forbidden_index, guide_eos, per_automaton, row_kind, row_layout, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions, state_row
 from product.runtime.guide import Guide
 from product.runtime.kernels.cpu import fill_mask, fill_mask_at
@@ -58,6 +59,13 @@ _X, _Y, _Z = 0, 1, 2  # how a candidate is allowed: always / iff not forbidden /
 # string's first node on Llama-3 leaves ~100; a region nothing settles leaves all of its pairs.
 _MAX_REGION = 4096
 _ROWS_KEPT = 64  # regex states' rows kept for reuse (``_row``)
+# Rows shared across guides (``_SharedRows``): only a state reading at least ``_WIDE_STATE`` bytes is looked up (free
+# text: its row spans the vocabulary; a literal's row is a few tokens, built faster than its future is named), its
+# future compared up to ``_MAX_FUTURE_STATES`` states (longer ones are a schema's own text, met once); the shared rows
+# of a tokenizer are kept up to ``_SHARED_BYTES``.
+_WIDE_STATE = 64
+_MAX_FUTURE_STATES = 64
+_SHARED_BYTES = 64 << 20
 
 
 def kept(rows: OrderedDict, key, build):
@@ -71,12 +79,48 @@ def kept(rows: OrderedDict, key, build):
     return found
 
 
+class _SharedRows:
+    """The mask rows of lazy nodes by (the node's future, its context), for every lazy guide of one tokenizer: what a
+    node allows depends only on the text that may follow its regex state — the labelled automaton reachable from
+    it: transitions, where the text may end, which cut exits lead on — and on its context, so nodes of different
+    guides whose futures are isomorphic have the same rows (a free string's body followed by the same closing, in
+    fragment after fragment and schema after schema). Least recently used dropped past ``_SHARED_BYTES``."""
+
+    def __init__(self):
+        self.rows: OrderedDict = OrderedDict()
+        self.bytes = 0
+        self.lock = threading.Lock()
+
+    def get(self, key):
+        with self.lock:
+            found = self.rows.get(key)
+            if found is not None:
+                self.rows.move_to_end(key)
+            return found
+
+    def put(self, key, value: tuple[int, tuple]) -> None:
+        size = sum(a.nbytes for a in value[1])
+        with self.lock:
+            if key in self.rows:
+                return
+            self.rows[key] = value
+            self.bytes += size
+            while self.bytes > _SHARED_BYTES and len(self.rows) > 1:
+                _, (_, arrays) = self.rows.popitem(last=False)
+                self.bytes -= sum(a.nbytes for a in arrays)
+
+
+def _shared_rows(canonical: CanonicalAutomaton) -> _SharedRows:
+    return per_automaton(canonical, "lazy rows by future", _SharedRows)
+
+
 class LazyGuide(Guide):
     """Masks of the canonical tokenizations of a regex's language, nodes built on first visit: a ``Guide`` (states
     ``node * num_merge_classes + merge_class``; the mask cache, ``fill_bitmask``, ``advance``, ``Matcher`` and the
     clients as for any guide) whose node ids are handed out as the walk meets them."""
 
     _plain_guide = False  # (its rows are built on first visit, not stored as a compiled table)
+    _shares_rows = True  # (a node's rows depend only on its future and context: ``_SharedRows``)
 
     @staticmethod
     def helps(canonical: CanonicalAutomaton) -> bool:
@@ -112,6 +156,8 @@ class LazyGuide(Guide):
         self._node_rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._live: dict[int, bool] = {}  # forced (node, merge class) pairs solved
         self._descriptors: dict[int, tuple[np.ndarray, tuple]] = {}  # node -> (row descriptor, the arrays it points to)
+        self._futures: dict[int, bytes | None] = {}  # regex state -> digest of its future (``_future``)
+        self._shared = _shared_rows(canonical)
         self._forbidden = _forbidden_index(canonical)
         self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
         self.num_words = (self.vocab_size + 31) // 32
@@ -145,13 +191,14 @@ class LazyGuide(Guide):
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()
-        del state["_build_lock"]
+        del state["_build_lock"], state["_shared"]
         state["_descriptors"] = {}  # (addresses are this process's; rebuilt on use)
         return state
 
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self._build_lock = threading.RLock()
+        self._shared = _shared_rows(self._canonical)
 
     @property
     def num_nodes(self) -> int:
@@ -262,6 +309,19 @@ class LazyGuide(Guide):
     def _build_row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         """``_row`` of a state not kept: one walk of the vocabulary trie."""
         return state_row(self._table, self._trie, q)
+
+    def _read(self, q: int, token: int) -> int:
+        """The regex state after ``token``'s bytes from ``q`` (-1: it leaves the language; a special token has no
+        bytes and reads none): the token's own bytes through the table, not the state's row (a node whose rows were
+        shared, ``_SharedRows``, has none built)."""
+        a = self._canonical
+        if not a.token_has_bytes[token]:
+            return -1
+        for byte in a.token_blob[a.token_offsets[token]:a.token_offsets[token + 1]].tolist():
+            q = int(self._table[q, byte])
+            if q < 0:
+                return -1
+        return q
 
     # ---- liveness --------------------------------------------------------------------------------------------
     # A (node, merge class) pair is the int ``node * M + mc``, as a state is.
@@ -415,13 +475,40 @@ class LazyGuide(Guide):
     def is_accepting(self, state: int) -> bool:
         return self._ends(self._split(state)[0])
 
+    def _future(self, q: int) -> bytes | None:
+        """A digest of the labelled automaton reachable from regex state ``q`` (``_SharedRows``): its transitions
+        renumbered in breadth-first order, where the text may end, which cut exits lead on; None past
+        ``_MAX_FUTURE_STATES`` states or for a state reading fewer than ``_WIDE_STATE`` bytes."""
+        if q not in self._futures:
+            digest = None
+            wide = int(np.count_nonzero(self._table[q] >= 0)) >= _WIDE_STATE
+            order, rank = future_states(self._table, q, _MAX_FUTURE_STATES) if wide else ((), None)
+            if len(order):
+                table = self._table[order]
+                found = hashlib.blake2b(np.where(table >= 0, rank[np.maximum(table, 0)], -1).astype(np.int32).tobytes(),
+                                        digest_size=16)
+                found.update(self._accepting[order].tobytes())
+                found.update(b"-" if self._exit_live is None else self._exit_live[order].tobytes())
+                digest = found.digest()
+            self._futures[q] = digest
+        return self._futures[q]
+
     def _descriptor(self, node: int) -> int:
         """The address of the node's row descriptor for the mask kernels (laid out as the eager guide's,
-        ``tables.row_layout``), built on first use."""
+        ``tables.row_layout``), built on first use — or taken from another guide's node with the same future and
+        context (``_SharedRows``)."""
         if node not in self._descriptors:
             with self._build_lock:
-                kind, arrays = row_kind(row_layout(*self._live_rows(node), self.num_words))
-                arrays = tuple(np.ascontiguousarray(a) for a in arrays)  # (the kernel reads them by address)
+                q, ctx = self._key(node)
+                future = self._future(q) if self._shares_rows else None
+                shared = None if future is None else self._shared.get((future, ctx))
+                if shared is None:
+                    kind, arrays = row_kind(row_layout(*self._live_rows(node), self.num_words))
+                    arrays = tuple(np.ascontiguousarray(a) for a in arrays)  # (the kernel reads them by address)
+                    if future is not None:
+                        self._shared.put((future, ctx), (kind, arrays))
+                else:
+                    kind, arrays = shared
                 descriptor = np.array(row_descriptor(kind, self._ends(node), *arrays), dtype=np.int64)
                 self._descriptors[node] = (descriptor, arrays)
                 self._node_rows.pop(node, None)  # (the descriptor's arrays hold them; rebuilt from _edges if asked)
@@ -449,15 +536,14 @@ class LazyGuide(Guide):
                                        f"of {self.name!r}")
         with self._build_lock:
             q, ctx = self._key(node)
-            tokens, targets = self._row(q)
-            i = int(np.searchsorted(tokens, token))
-            if i == len(tokens) or tokens[i] != token:
+            reached = self._read(q, token)
+            if reached < 0:
                 raise DisallowedTokenError(f"token {token} ({self._describe(token)}) leaves the language in state "
                                            f"{state} of {self.name!r}")
             a = self._canonical
             nxt = a.class_after(ctx * self._M + mc, token) // self._M  # (raises where it is not canonical)
             after = int(a.after_class[token])
-            target = self._node(int(targets[i]), nxt)
+            target = self._node(reached, nxt)
             if not allowed and not self._is_live(target, after):
                 raise DisallowedTokenError(f"token {token} ({self._describe(token)}) leads where no canonical "
                                            f"completion exists (state {state} of {self.name!r})")

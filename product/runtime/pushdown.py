@@ -56,6 +56,8 @@ class PushdownGuide(LazyGuide):
     """Masks of the canonical tokenizations of a recursive grammar's strings (a ``Guide``: states ``node *
     num_merge_classes + merge_class``, nodes built on first visit, as ``LazyGuide``'s)."""
 
+    _shares_rows = False  # (a configuration's future is infinite: no digest names it)
+
     def __init__(self, automaton: CallAutomaton, canonical: CanonicalAutomaton, *, eos_token_ids=None,
                  cache_size: int = 4096, name: str = "", max_items: int = 100_000):
         self._max_items = max_items
@@ -121,6 +123,12 @@ class PushdownGuide(LazyGuide):
     def _build_row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         based = self._relative_of(q)
         return self._walk(q) if based is None else self._rebased_row(*based)
+
+    def _read(self, q: int, token: int) -> int:
+        """(The row's entry: a token's bytes may reach configurations not built yet, which its row's scan builds.)"""
+        tokens, targets = self._row(q)
+        i = int(np.searchsorted(tokens, token))
+        return int(targets[i]) if i < len(tokens) and tokens[i] == token else -1
 
     def _walk(self, q, nodes=None) -> tuple[np.ndarray, np.ndarray]:
         """The row of configuration ``q`` by one scan of the trie (of the subtrees of ``nodes``, ``q`` their

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import product.runtime.lazy as lazy_module
 from automata import EmptyLanguageError, from_regex
 from bpe.automaton import DisallowedTokenError
 from product import InvalidTokenError, compile_regex, compile_stitched
@@ -360,3 +361,39 @@ def test_a_short_row_holds_only_its_own_entries():
         for row in (tokens, targets):
             held = row.base.nbytes if row.base is not None else row.nbytes
             assert held <= 2 * row.nbytes or held <= 64, (state, len(row), held)
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
+def test_nodes_with_one_future_share_their_rows_across_guides(tokenizer, monkeypatch):
+    """A free string's body followed by the same closing has the same rows whatever came before it
+    (``_SharedRows``): a second guide takes them instead of building them, and its masks are still the eager
+    guide's; a body followed by another closing, or ending elsewhere, gets its own."""
+    built: list[int] = []
+    live_rows = LazyGuide._live_rows
+
+    def counting(self, node):
+        if node not in self._node_rows:
+            built.append(node)
+        return live_rows(self, node)
+
+    monkeypatch.setattr(LazyGuide, "_live_rows", counting)
+    store = lazy_module._SharedRows()  # (this test's own: what earlier tests shared does not count here)
+    monkeypatch.setattr(lazy_module, "_shared_rows", lambda canonical: store)
+    rng = np.random.default_rng(3)
+    body = '"[^"\\n]*"'
+    walks = {}
+    for prefix, closing, written in [("first: ", "", ""), ("second: ", "", ""), ("third: ", "!", "!"),
+                                     ("fourth: ", "(,)?", ",")]:
+        eager, lazy = _pair(tokenizer, prefix + body + closing)
+        built.clear()
+        steps = 0
+        state, reference = lazy.initial_state, eager.initial_state
+        for token in runtime_of(tokenizer).encode(prefix + '"a free text"' + written, add_special_tokens=False).ids:
+            assert np.array_equal(eager.allowed(reference), lazy.allowed(state))
+            state, reference, steps = lazy.advance(state, token), eager.advance(reference, token), steps + 1
+        assert np.array_equal(eager.allowed(reference), lazy.allowed(state))
+        walks[prefix] = len(built), len(lazy._descriptors)  # (along the text: rows built, masks served)
+        for _ in range(4):
+            walk_alike(eager, lazy, rng, 30)
+    (first_built, first_served), (second_built, second_served) = walks["first: "], walks["second: "]
+    assert second_served == first_served and second_built < min(first_built, second_served)  # (the body's: shared)
