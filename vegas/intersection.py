@@ -10,8 +10,11 @@ intersection operator, so the intersection is computed on automata and written b
 2. *Automata.* Each tree becomes a Thompson NFA over atoms (a bounded repetition unrolled), then a DFA by subset
    construction; the two DFAs' product keeps the pairs where both accept; it is minimised
    (``automata.dfa.DFA.minimise``).
-3. *Back to a tree.* State elimination (``automata.regions.eliminate``) with trees as labels: an edge's atoms are
-   joined into one ("set", union); a path through an eliminated state is ("seq", (in, ("rep", loop, 0, None), out)).
+3. *Back to a tree.* Where the product's language is one of the trees' own (a pattern looser than its format, most
+   often), that tree, as written; otherwise state elimination (``automata.regions.eliminate``) with trees as labels:
+   an edge's atoms are joined into one ("set", union); a path through an eliminated state is ("seq", (in, ("rep",
+   loop, 0, None), out)). (A date pattern beside ``format: date``: the format's 242-character regex instead of the
+   1,600 characters elimination writes.)
 
 A length bound is one more tree (``.{lo,hi}``) in the product: ``lexical._bounded`` shares a bound out over a tree's
 parts, which a tree written by state elimination rarely allows. Invariant: a string is in the result iff every tree
@@ -37,15 +40,25 @@ def intersection(*trees: tuple, max_states: int = 4096, max_size: int = 10_000) 
     """The tree of the strings every one of ``trees`` matches (None when there are none). ``StateLimitError`` past
     ``max_states`` automaton states or ``max_size`` tree nodes."""
     atoms = _atoms(set().union(*map(_sets, trees)))
-    product = _dfa(trees[0], atoms, max_states)
-    for tree in trees[1:]:
-        product = _product(product, _dfa(tree, atoms, max_states), len(atoms), max_states)
+    dfas = [_dfa(tree, atoms, max_states) for tree in trees]
+    product = dfas[0]
+    for dfa in dfas[1:]:
+        product = _product(product, dfa, len(atoms), max_states)
         if not product.accepting.any():
             return None
     minimal = product.minimise()
     if not minimal.accepting.any():
         return None
+    for tree, dfa in zip(trees, dfas):  # one tree's strings all match the others: that tree, as its author wrote it
+        if _same(minimal, dfa.minimise()):
+            return tree
     return _tree(minimal, atoms, max_size)
+
+
+def _same(a: DFA, b: DFA) -> bool:
+    """Whether two minimal DFAs (``minimise``: states numbered canonically) have one language."""
+    return (a.start == b.start and np.array_equal(a.transitions, b.transitions)
+            and np.array_equal(a.accepting, b.accepting))
 
 
 # ---- 1. atoms --------------------------------------------------------------------------------------------------
