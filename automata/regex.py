@@ -213,18 +213,24 @@ def _utf8_trie(mapping: dict, other: int, dead_class: int) -> tuple[np.ndarray, 
     node id of height h-1 otherwise. Root entries are packed as ``height * 2**32 + id`` (height 0: a class,
     for ASCII bytes and invalid lead bytes).
 
-    Most patterns name only ASCII characters, so every other code point falls in one class; their trie has one
-    shape whatever that class is, built once and relabelled (saves ~25 ms of every such compile).
+    Most patterns name no non-ASCII character, or a few (JSON's and ECMA-262's line separators U+2028/9): the trie
+    has one shape per partition of those few into classes, whatever the classes' numbers; it is built once per
+    partition and relabelled (building it over the 1.1M code points is ~20 ms of every such compile).
     """
-    c = _uniform_non_ascii_class(mapping, other)
-    if c is not None:
-        template_root, template_levels = _uniform_utf8_trie()
-        root = template_root.copy()
-        root[root == _DEAD] = dead_class
-        root[:0x80] = _ascii_classes(mapping, other)
-        classes = np.where(template_levels[0] == _NON_ASCII, c, dead_class)
-        return root, [classes] + template_levels[1:]
-    return _build_utf8_trie(_code_point_classes(mapping, other, dead_class), dead_class)
+    named: dict[int, list[int]] = {}  # class -> the non-ASCII code points named in it
+    for c, symbol in mapping.items():
+        if c is not anything_else and ord(c) >= 0x80 and not 0xD800 <= ord(c) < 0xE000 and symbol != other:
+            named.setdefault(symbol, []).append(ord(c))
+    if sum(map(len, named.values())) > _MAX_NAMED_NON_ASCII:
+        return _build_utf8_trie(_code_point_classes(mapping, other, dead_class), dead_class)
+    groups = tuple(sorted(tuple(sorted(points)) for points in named.values()))
+    template_root, template_levels = _utf8_template(groups)
+    root = template_root.copy()
+    root[root == _DEAD] = dead_class
+    root[:0x80] = _ascii_classes(mapping, other)
+    # template labels: _DEAD (-2), _NON_ASCII (-1), group i (i)
+    label = np.array([dead_class, other] + [mapping[chr(group[0])] for group in groups], dtype=np.int64)
+    return root, [label[template_levels[0] + 2]] + template_levels[1:]
 
 
 def _code_point_classes(mapping: dict, other: int, dead_class: int) -> np.ndarray:
@@ -241,13 +247,18 @@ def _ascii_classes(mapping: dict, other: int) -> np.ndarray:
     return np.array([mapping.get(chr(b), other) for b in range(0x80)], dtype=np.int64)
 
 
-_NON_ASCII, _DEAD = -1, -2  # labels of the uniform template: a valid non-ASCII code point, no code point
+_NON_ASCII, _DEAD = -1, -2  # labels of a template: a non-ASCII code point named by no group, no code point
+_MAX_NAMED_NON_ASCII = 64  # named non-ASCII code points at most for a template (more: the trie built for the pattern)
 
 
-@functools.cache
-def _uniform_utf8_trie() -> tuple[np.ndarray, list[np.ndarray]]:
+@functools.lru_cache(maxsize=64)
+def _utf8_template(groups: tuple[tuple[int, ...], ...]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The trie with group i's code points labelled i, other non-ASCII ones ``_NON_ASCII`` (ASCII is filled in per
+    pattern)."""
     code_point_class = np.full(_NUM_CODE_POINTS, _NON_ASCII, dtype=np.int32)
-    code_point_class[:0x80] = _DEAD  # ASCII is filled in per pattern
+    for i, group in enumerate(groups):
+        code_point_class[list(group)] = i
+    code_point_class[:0x80] = _DEAD
     code_point_class[0xD800:0xE000] = _DEAD
     return _build_utf8_trie(code_point_class, _DEAD)
 

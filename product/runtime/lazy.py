@@ -59,11 +59,8 @@ _X, _Y, _Z = 0, 1, 2  # how a candidate is allowed: always / iff not forbidden /
 # string's first node on Llama-3 leaves ~100; a region nothing settles leaves all of its pairs.
 _MAX_REGION = 4096
 _ROWS_KEPT = 64  # regex states' rows kept for reuse (``_row``)
-# Rows shared across guides (``_SharedRows``): only a state reading at least ``_WIDE_STATE`` bytes is looked up (free
-# text: its row spans the vocabulary; a literal's row is a few tokens, built faster than its future is named), its
-# future compared up to ``_MAX_FUTURE_STATES`` states (longer ones are a schema's own text, met once); the shared rows
-# of a tokenizer are kept up to ``_SHARED_BYTES``.
-_WIDE_STATE = 64
+# Rows shared across guides (``_SharedRows``): a state's future is compared up to ``_MAX_FUTURE_STATES`` states (longer
+# ones are a schema's own text, met once); the shared rows of a tokenizer are kept up to ``_SHARED_BYTES``.
 _MAX_FUTURE_STATES = 64
 _SHARED_BYTES = 64 << 20
 
@@ -478,11 +475,10 @@ class LazyGuide(Guide):
     def _future(self, q: int) -> bytes | None:
         """A digest of the labelled automaton reachable from regex state ``q`` (``_SharedRows``): its transitions
         renumbered in breadth-first order, where the text may end, which cut exits lead on; None past
-        ``_MAX_FUTURE_STATES`` states or for a state reading fewer than ``_WIDE_STATE`` bytes."""
+        ``_MAX_FUTURE_STATES`` states."""
         if q not in self._futures:
             digest = None
-            wide = int(np.count_nonzero(self._table[q] >= 0)) >= _WIDE_STATE
-            order, rank = future_states(self._table, q, _MAX_FUTURE_STATES) if wide else ((), None)
+            order, rank = future_states(self._table, q, _MAX_FUTURE_STATES)
             if len(order):
                 table = self._table[order]
                 found = hashlib.blake2b(np.where(table >= 0, rank[np.maximum(table, 0)], -1).astype(np.int32).tobytes(),

@@ -511,3 +511,18 @@ def test_sparse_subset_construction_stops_at_max_states():
     for sparse in (True, False):
         with pytest.raises(StateLimitError, match="max_states=20 character states"):
             glushkov.char_dfa(tree, 20, sparse=sparse)
+
+
+@pytest.mark.parametrize("pattern", ["[^a\u2028]*", "é+|ü", "[α-ω]{2}x", '[^"\\\\\u2028\u2029]*"', "(日本|語)+", ".*é.*",
+                                     "[\u0080-\u07ff]+", "[^éê]{3}", "[^\U0001f600]?z"])
+def test_the_utf8_trie_of_a_few_named_characters_is_the_one_built_for_the_pattern(pattern, monkeypatch):
+    """A pattern naming a few non-ASCII characters reads its UTF-8 trie from a template per partition of them
+    (relabelled to its classes): the byte DFA is the one the trie built over every code point gives."""
+    import automata.regex as regex_module
+
+    templated = from_regex(pattern).minimise()
+    monkeypatch.setattr(regex_module, "_MAX_NAMED_NON_ASCII", -1)
+    built = from_regex(f"(?:{pattern})").minimise()  # (another text: no cache between the two)
+    assert templated.start == built.start
+    assert np.array_equal(templated.transitions, built.transitions)
+    assert np.array_equal(templated.accepting, built.accepting)
