@@ -143,44 +143,43 @@ def _dfa(node: tuple, atoms: list[CharSet], max_states: int) -> DFA:
     nfa = _NFA(atoms, max_states)
     start = nfa.state()
     end = nfa.build(node, start)
-    first = nfa.closure([start])
-    ids, order, rows = {first: 0}, [first], []
-    while len(rows) < len(order):
-        row = np.full(len(atoms), MISSING, dtype=np.int32)
+
+    def moves(subset: frozenset[int]) -> dict[int, frozenset[int]]:
         targets: dict[int, set[int]] = {}
-        for q in order[len(rows)]:
+        for q in subset:
             for atom, t in nfa.moves[q]:
                 targets.setdefault(atom, set()).add(t)
-        for atom, ts in targets.items():
-            subset = nfa.closure(ts)
-            if subset not in ids:
-                if len(order) >= max_states:
-                    raise StateLimitError(f"a pattern's automaton would have more than {max_states} states")
-                ids[subset] = len(order)
-                order.append(subset)
-            row[atom] = ids[subset]
-        rows.append(row)
-    accepting = np.array([end in subset for subset in order], dtype=bool)
-    return DFA(np.array(rows, dtype=np.int32), accepting, 0, _labels(len(atoms)))
+        return {atom: nfa.closure(ts) for atom, ts in targets.items()}
+
+    return _numbered(nfa.closure([start]), moves, lambda subset: end in subset, len(atoms), max_states,
+                     "a pattern's automaton")
 
 
 def _product(a: DFA, b: DFA, num_atoms: int, max_states: int) -> DFA:
-    ids, order, rows = {(a.start, b.start): 0}, [(a.start, b.start)], []
+    def moves(pair: tuple[int, int]) -> dict[int, tuple[int, int]]:
+        both = (a.transitions[pair[0]] != MISSING) & (b.transitions[pair[1]] != MISSING)
+        return {atom: (int(a.transitions[pair[0], atom]), int(b.transitions[pair[1], atom]))
+                for atom in np.flatnonzero(both).tolist()}
+
+    return _numbered((a.start, b.start), moves, lambda pair: bool(a.accepting[pair[0]] and b.accepting[pair[1]]),
+                     num_atoms, max_states, "their intersection")
+
+
+def _numbered(start, moves, accepts, num_atoms: int, max_states: int, what: str) -> DFA:
+    """The DFA whose states are the keys reached from ``start`` by ``moves(key)`` (atom -> key), numbered in the
+    order they are met; ``StateLimitError`` past ``max_states``."""
+    ids, order, rows = {start: 0}, [start], []
     while len(rows) < len(order):
-        p, q = order[len(rows)]
         row = np.full(num_atoms, MISSING, dtype=np.int32)
-        for atom in range(num_atoms):
-            s, t = int(a.transitions[p, atom]), int(b.transitions[q, atom])
-            if s == MISSING or t == MISSING:
-                continue
-            if (s, t) not in ids:
+        for atom, key in moves(order[len(rows)]).items():
+            if key not in ids:
                 if len(order) >= max_states:
-                    raise StateLimitError(f"their intersection has more than {max_states} states")
-                ids[s, t] = len(order)
-                order.append((s, t))
-            row[atom] = ids[s, t]
+                    raise StateLimitError(f"{what} has more than {max_states} states")
+                ids[key] = len(order)
+                order.append(key)
+            row[atom] = ids[key]
         rows.append(row)
-    accepting = np.array([bool(a.accepting[p] and b.accepting[q]) for p, q in order], dtype=bool)
+    accepting = np.array([accepts(key) for key in order], dtype=bool)
     return DFA(np.array(rows, dtype=np.int32), accepting, 0, _labels(num_atoms))
 
 
