@@ -16,8 +16,8 @@ JsonSchemaStore):
   and canonical automata linked to the real cache) whose fragment library is first built from ``--warm-schemas``
   schemas of Glaiveai2K and Github_easy, none of them timed (untimed, at the worker's start). Before each timed
   schema, the worker takes a fresh copy of that library (hard links) and puts its in-memory library back as the
-  warm set left it (untimed): each timed compile sees exactly the warm set's fragments, on disk and in memory,
-  whatever ran before it. The peers' workers compile the warm schemas once at their start. Every engine also walks
+  warm set left it (untimed), and the lazy nodes' rows shared by future (``product.runtime.lazy``) too: each timed
+  compile sees exactly the warm set's fragments and rows, on disk and in memory, whatever ran before it. The peers' workers compile the warm schemas once at their start. Every engine also walks
   each warm schema's first valid instance there (untimed), as a server has served earlier requests: what loads once
   per process (canonmerge's kernels from numba's cache, per-tokenizer tables) is not charged to a timed schema.
 - **Timed**: time to the first mask (compile + the first mask filled, after ``_evict_private_caches``, as the
@@ -45,7 +45,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections import Counter
+from collections import Counter, OrderedDict
 from pathlib import Path
 
 import json_schema as js
@@ -249,6 +249,7 @@ def worker_runner(engine, mode: dict, signal):
     counter = itertools.count()
     if canonmerge:
         from product.library import FragmentStore
+        from product.runtime.lazy import _shared_rows
         from product.stitched import fragment_library
 
         root = Path(os.environ["CANONMERGE_CACHE_DIR"])
@@ -259,6 +260,8 @@ def worker_runner(engine, mode: dict, signal):
     if canonmerge:
         memory = fragment_library(engine.canonical)
         snapshot = _snapshot(memory)
+        shared = _shared_rows(engine.canonical)  # lazy nodes' rows by future: also as the warm set left them
+        shared_snapshot = (OrderedDict(shared.rows), shared.bytes)
 
     def runner(path: str) -> dict:
         t0 = time.perf_counter()
@@ -270,8 +273,10 @@ def worker_runner(engine, mode: dict, signal):
                             ignore=shutil.ignore_patterns("*.part"))
             if mode.get("library_memory") == "empty":  # a fresh process on the warm library: all from disk
                 memory.clear()
+                shared.clear()
             else:
                 _restore(memory, snapshot)  # memory holds the warm set's fragments, and only those
+                shared.rows, shared.bytes = OrderedDict(shared_snapshot[0]), shared_snapshot[1]
             engine.library_dir = str(library)
         prepare_s = time.perf_counter() - t0
         signal("prepared")

@@ -13,7 +13,8 @@ would otherwise decide a p99 over ~330 masks by themselves.
 
 Every compile is a first sight of its pattern: ``product.compile_regex`` keeps nothing per pattern between calls
 (its caches are per tokenizer — the vocabulary trie, built by the warm-up compile before the timings — or per
-character-class count), and no peer caches compiled regexes here (xgrammar's cache is off). The first repetition
+character-class count; with ``--lazy`` the node rows lazy guides share by future are dropped before each compile), and
+no peer caches compiled regexes here (xgrammar's cache is off). The first repetition
 also pays what each engine loads on its first use of a code path (numba kernels for canonmerge): its compile p50
 is reported apart (``compile_ms_p50_first``, the process's first compile of every pattern), and the run ends with
 canonmerge's regex compile p50 beside llguidance's, both ways.
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bpe import compile_tokenizer  # noqa: E402
 from bpe.assets import reference_runtime, tokenizer_source  # noqa: E402
 from product import compile_regex  # noqa: E402
+from product.runtime.lazy import _shared_rows  # noqa: E402  (cleared before each lazy compile: a first sight)
 
 torch.set_num_threads(1)
 os.environ.setdefault("RAYON_NUM_THREADS", "1")
@@ -89,6 +91,8 @@ class Canonmerge:
         compile_regex("warm|up", self.canonical)  # vocabulary trie, built once per tokenizer
 
     def compile(self, pattern):
+        if self.lazy:  # (a first sight of the pattern: no node rows shared from its earlier repetitions)
+            _shared_rows(self.canonical).clear()
         return compile_regex(pattern, self.canonical, canonical_only=self.canonical_only, lazy=self.lazy)
 
     def walk(self, guide, ids, times, advance_times):

@@ -95,6 +95,11 @@ class _SharedRows:
                 self.rows.move_to_end(key)
             return found
 
+    def clear(self) -> None:
+        with self.lock:
+            self.rows.clear()
+            self.bytes = 0
+
     def put(self, key, value: tuple[int, tuple]) -> None:
         size = sum(a.nbytes for a in value[1])
         with self.lock:
