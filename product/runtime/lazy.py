@@ -19,6 +19,10 @@ liveness over all of them before the first mask; a generation visits about 1 % o
   eager guide stores them (few class-dependent tokens as arrays, many packed: ``CompiledGuide._store_rows``) and the
   mask filled by the same compiled kernel (``product.runtime.kernels.cpu.fill_mask``) into ``Guide``'s mask cache.
 
+A node's rows depend only on its context and on its regex state's future (the labelled automaton reachable from
+it), so they are shared by every lazy guide of the tokenizer (``_SharedRows``): a free string's body followed by the
+same closing is built once per context, whichever fragment or schema meets it first.
+
 So every allowed token still leads to a live state, and the masks equal the eager guide's (tested state by state
 along walks). It is a ``Guide``: ``Matcher``, the batch kernels (which hand its states to ``_fill_row``) and the
 clients take it; node ids are handed out in visit order, so two lazy guides of one regex number their states
