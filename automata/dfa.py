@@ -139,7 +139,7 @@ class DFA:
     def reachable(self) -> np.ndarray:
         """bool[num_states]: states reachable from the start."""
         seen = np.zeros(self.num_states, dtype=bool)
-        seen[_bfs_order(self.transitions, self.start)] = True
+        seen[bfs_order(self.transitions, self.start, self.num_states)] = True
         return seen
 
     def coreachable(self) -> np.ndarray:
@@ -295,7 +295,7 @@ def _minimal(transitions, accepting, key, start):
     n, k = transitions.shape
     # trim: reachable from the start and co-reachable to acceptance; useful states renumbered in index order
     reach = np.zeros(n, dtype=np.bool_)
-    reach[_bfs_order(transitions, start)] = True
+    reach[bfs_order(transitions, start, transitions.shape[0])] = True
     useful = reach & _coreachable(transitions, accepting)
     if not useful[start]:
         return np.empty((0, k), dtype=np.int32), np.empty(0, dtype=np.int64)
@@ -356,7 +356,7 @@ def _minimal(transitions, accepting, key, start):
         for j in range(k):
             t = transitions[representative[b], j]
             blocks[b, j] = block[new_id[t]] if t >= 0 and new_id[t] >= 0 else -1
-    perm = _bfs_order(blocks, block[new_id[start]])
+    perm = bfs_order(blocks, block[new_id[start]], blocks.shape[0])
     renumber = np.empty(num_blocks, dtype=np.int32)
     for i in range(len(perm)):
         renumber[perm[i]] = i
@@ -482,16 +482,20 @@ def _coarsest(table, block):
 
 
 @njit(**_KERNEL)
-def _bfs_order(transitions, start):
-    """States in breadth-first order from ``start``, each state's successors in symbol order (reachable only)."""
+def bfs_order(transitions, start, cap):
+    """States in breadth-first order from ``start``, each state's successors in symbol order (reachable only); an
+    empty order where more than ``cap`` states are reachable (``product.runtime.lazy`` names a state's future by it,
+    and a long one is not worth naming)."""
     seen = np.zeros(transitions.shape[0], dtype=np.bool_)
-    order = np.empty(transitions.shape[0], dtype=np.int64)
+    order = np.empty(min(cap, transitions.shape[0]), dtype=np.int64)
     order[0] = start
     seen[start] = True
     head, tail = 0, 1
     while head < tail:
         for t in transitions[order[head]]:
             if t >= 0 and not seen[t]:
+                if tail == len(order):
+                    return order[:0]
                 seen[t] = True
                 order[tail] = t
                 tail += 1

@@ -45,7 +45,7 @@ import shutil
 import tempfile
 import time
 import traceback
-from collections import Counter, OrderedDict
+from collections import Counter
 from pathlib import Path
 
 import json_schema as js
@@ -261,7 +261,7 @@ def worker_runner(engine, mode: dict, signal):
         memory = fragment_library(engine.canonical)
         snapshot = _snapshot(memory)
         shared = _shared_rows(engine.canonical)  # lazy nodes' rows by future: also as the warm set left them
-        shared_snapshot = (OrderedDict(shared.rows), shared.bytes)
+        shared_snapshot = list(shared.rows.items())
 
     def runner(path: str) -> dict:
         t0 = time.perf_counter()
@@ -276,7 +276,9 @@ def worker_runner(engine, mode: dict, signal):
                 shared.clear()
             else:
                 _restore(memory, snapshot)  # memory holds the warm set's fragments, and only those
-                shared.rows, shared.bytes = OrderedDict(shared_snapshot[0]), shared_snapshot[1]
+                shared.clear()
+                for key, rows in shared_snapshot:
+                    shared.put(key, rows)
             engine.library_dir = str(library)
         prepare_s = time.perf_counter() - t0
         signal("prepared")

@@ -8,7 +8,7 @@ intersection operator, so the intersection is computed on automata and written b
 1. *Atoms.* The character sets the two trees name are refined into disjoint atoms (every set is a union of
    atoms), so each tree reads a small alphabet: atom i stands for all of its characters at once.
 2. *Automata.* Each tree becomes a Thompson NFA over atoms (a bounded repetition unrolled), then a DFA by subset
-   construction; the two DFAs' product keeps the pairs where both accept; it is minimised
+   construction; their product (``DFA.intersect``) keeps the pairs where both accept; it is minimised
    (``automata.dfa.DFA.minimise``).
 3. *Back to a tree.* Where the product's language is one of the trees' own (a pattern looser than its format, most
    often), that tree, as written; otherwise state elimination (``automata.regions.eliminate``) with trees as labels:
@@ -43,7 +43,7 @@ def intersection(*trees: tuple, max_states: int = 4096, max_size: int = 10_000) 
     dfas = [_dfa(tree, atoms, max_states) for tree in trees]
     product = dfas[0]
     for dfa in dfas[1:]:
-        product = _product(product, dfa, len(atoms), max_states)
+        product = product.intersect(dfa, max_states=max_states)
         if not product.accepting.any():
             return None
     minimal = product.minimise()
@@ -143,44 +143,25 @@ def _dfa(node: tuple, atoms: list[CharSet], max_states: int) -> DFA:
     nfa = _NFA(atoms, max_states)
     start = nfa.state()
     end = nfa.build(node, start)
-
-    def moves(subset: frozenset[int]) -> dict[int, frozenset[int]]:
+    first = nfa.closure([start])
+    ids, order, rows = {first: 0}, [first], []
+    while len(rows) < len(order):
         targets: dict[int, set[int]] = {}
-        for q in subset:
+        for q in order[len(rows)]:
             for atom, t in nfa.moves[q]:
                 targets.setdefault(atom, set()).add(t)
-        return {atom: nfa.closure(ts) for atom, ts in targets.items()}
-
-    return _numbered(nfa.closure([start]), moves, lambda subset: end in subset, len(atoms), max_states,
-                     "a pattern's automaton")
-
-
-def _product(a: DFA, b: DFA, num_atoms: int, max_states: int) -> DFA:
-    def moves(pair: tuple[int, int]) -> dict[int, tuple[int, int]]:
-        both = (a.transitions[pair[0]] != MISSING) & (b.transitions[pair[1]] != MISSING)
-        return {atom: (int(a.transitions[pair[0], atom]), int(b.transitions[pair[1], atom]))
-                for atom in np.flatnonzero(both).tolist()}
-
-    return _numbered((a.start, b.start), moves, lambda pair: bool(a.accepting[pair[0]] and b.accepting[pair[1]]),
-                     num_atoms, max_states, "their intersection")
-
-
-def _numbered(start, moves, accepts, num_atoms: int, max_states: int, what: str) -> DFA:
-    """The DFA whose states are the keys reached from ``start`` by ``moves(key)`` (atom -> key), numbered in the
-    order they are met; ``StateLimitError`` past ``max_states``."""
-    ids, order, rows = {start: 0}, [start], []
-    while len(rows) < len(order):
-        row = np.full(num_atoms, MISSING, dtype=np.int32)
-        for atom, key in moves(order[len(rows)]).items():
-            if key not in ids:
+        row = np.full(len(atoms), MISSING, dtype=np.int32)
+        for atom, ts in targets.items():
+            subset = nfa.closure(ts)
+            if subset not in ids:
                 if len(order) >= max_states:
-                    raise StateLimitError(f"{what} has more than {max_states} states")
-                ids[key] = len(order)
-                order.append(key)
-            row[atom] = ids[key]
+                    raise StateLimitError(f"a pattern's automaton would have more than {max_states} states")
+                ids[subset] = len(order)
+                order.append(subset)
+            row[atom] = ids[subset]
         rows.append(row)
-    accepting = np.array([accepts(key) for key in order], dtype=bool)
-    return DFA(np.array(rows, dtype=np.int32), accepting, 0, _labels(num_atoms))
+    accepting = np.array([end in subset for subset in order], dtype=bool)
+    return DFA(np.array(rows, dtype=np.int32), accepting, 0, _labels(len(atoms)))
 
 
 def _labels(n: int) -> Alphabet:

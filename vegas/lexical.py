@@ -800,12 +800,12 @@ def _bounded(node: tuple, lo: int, hi: int | None, budget: list | None = None) -
 
 
 def pattern_regex(pattern: str, style: str, pointer: str, min_length: int = 0, max_length: int | None = None,
-                  keyword: str = "pattern", format_name: str | None = None) -> str | None:
+                  keyword: str = "pattern", format_name: str | None = None, shown: str | None = None) -> str | None:
     """The written characters (inside double quotes) of every string in which ``pattern`` finds a match, with
     ``min_length``..``max_length`` characters and, given ``format_name`` (a known format), of that format (None when
     no string is all that). The bound is shared out over the tree's parts (``_bounded``), else it is one more
     automaton in an intersection (``vegas.intersection``), as a format is. ``UnsupportedSchemaError`` where the
-    intersection has no regex of a reasonable size."""
+    intersection has no regex of a reasonable size, naming the pattern as ``shown`` (default: its text)."""
     tree = _read(pattern, pointer, keyword)
     bounded = bool(min_length) or max_length is not None
     try:
@@ -821,16 +821,12 @@ def pattern_regex(pattern: str, style: str, pointer: str, min_length: int = 0, m
     except StateLimitError as exc:
         with_format = f" with format {format_name!r}" if format_name is not None else ""
         with_bound = f" with a length bound ({min_length}..{max_length})" if bounded else ""
-        raise UnsupportedSchemaError(f"{keyword} {pattern!r}{with_format}{with_bound}: {exc}", keyword=keyword,
-                                     pointer=pointer) from None
+        raise UnsupportedSchemaError(f"{keyword} {shown or repr(pattern)}{with_format}{with_bound}: {exc}",
+                                     keyword=keyword, pointer=pointer) from None
     return None if tree is None else _spell(tree, style)
 
 
 def format_body(name: str, style: str, pointer: str, min_length: int = 0, max_length: int | None = None) -> str | None:
-    """``pattern_regex`` for a known ``format`` (its regex, anchored at both ends)."""
-    try:
-        return pattern_regex(f"^({FORMATS[name]})$", style, pointer, min_length, max_length, keyword="format")
-    except UnsupportedSchemaError as exc:
-        why = str(exc).split(": ", 1)[1].rsplit(" (keyword", 1)[0]
-        raise UnsupportedSchemaError(f"format {name!r} with a length bound ({min_length}..{max_length}): {why}",
-                                     keyword="format", pointer=pointer) from None
+    """``pattern_regex`` for a known ``format`` (its regex, anchored at both ends; named by the format's name)."""
+    return pattern_regex(f"^({FORMATS[name]})$", style, pointer, min_length, max_length, keyword="format",
+                         shown=repr(name))

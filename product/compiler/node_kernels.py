@@ -497,26 +497,3 @@ def open_edges(tokens, targets, inside_row, boundary_row, accepting, context_fin
             out_t[k], out_q[k], out_c[k], kind[k] = t, q, boundary, 2
             is_settled[k] = settled(q, boundary, accepting, context_final, break_possible, num_open)
     return out_t, out_q, out_c, kind, is_settled
-
-
-@njit(**_KERNEL)
-def future_states(table, start, cap):
-    """The states reachable from ``start`` in the byte table, in breadth-first order (bytes ascending), and each
-    one's rank in that order (-1: not reached); an empty order past ``cap`` states. Two states whose futures are
-    isomorphic get equal tables once renumbered by rank (``LazyGuide``'s rows shared across guides)."""
-    rank = np.full(table.shape[0], -1, dtype=np.int64)
-    order = np.empty(cap, dtype=np.int64)
-    rank[start], order[0] = 0, start
-    head, tail = 0, 1
-    while head < tail:
-        q = order[head]
-        head += 1
-        for b in range(table.shape[1]):
-            t = table[q, b]
-            if t >= 0 and rank[t] < 0:
-                if tail == cap:
-                    return order[:0], rank
-                rank[t] = tail
-                order[tail] = t
-                tail += 1
-    return order[:tail], rank

@@ -46,11 +46,11 @@ from collections import OrderedDict
 import numpy as np
 
 from automata import EmptyLanguageError
-from automata.dfa import DFA
+from automata.dfa import DFA, MISSING, bfs_order
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import row_descriptor
-from product.compiler.node_kernels import NodeTable, future_states, open_edges, pending_edges, pending_settled
+from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled
 from product.compiler.tables import _forbidden_index, guide_eos, per_automaton, row_kind, row_layout, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions, state_row
 from product.runtime.guide import Guide
@@ -318,16 +318,12 @@ class LazyGuide(Guide):
 
     def _read(self, q: int, token: int) -> int:
         """The regex state after ``token``'s bytes from ``q`` (-1: it leaves the language; a special token has no
-        bytes and reads none): the token's own bytes through the table, not the state's row (a node whose rows were
-        shared, ``_SharedRows``, has none built)."""
+        bytes and reads none): the token's own bytes run through the DFA, not the state's row (a node whose rows
+        were shared, ``_SharedRows``, has none built)."""
         a = self._canonical
         if not a.token_has_bytes[token]:
-            return -1
-        for byte in a.token_blob[a.token_offsets[token]:a.token_offsets[token + 1]].tolist():
-            q = int(self._table[q, byte])
-            if q < 0:
-                return -1
-        return q
+            return MISSING
+        return self._dfa.run(a.token_blob[a.token_offsets[token]:a.token_offsets[token + 1]].tolist(), q)
 
     # ---- liveness --------------------------------------------------------------------------------------------
     # A (node, merge class) pair is the int ``node * M + mc``, as a state is.
@@ -487,8 +483,10 @@ class LazyGuide(Guide):
         ``_MAX_FUTURE_STATES`` states."""
         if q not in self._futures:
             digest = None
-            order, rank = future_states(self._table, q, _MAX_FUTURE_STATES)
+            order = bfs_order(self._table, q, _MAX_FUTURE_STATES)
             if len(order):
+                rank = np.full(len(self._table), -1, dtype=np.int64)
+                rank[order] = np.arange(len(order))
                 table = self._table[order]
                 found = hashlib.blake2b(np.where(table >= 0, rank[np.maximum(table, 0)], -1).astype(np.int32).tobytes(),
                                         digest_size=16)
