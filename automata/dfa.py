@@ -503,6 +503,78 @@ def bfs_order(transitions, start, cap):
     return order[:tail]
 
 
+@njit(**_KERNEL)
+def cycle_region(transitions, start, cap):
+    """The states ``start`` shares a cycle with — its strongly connected component: reachable from it and reaching
+    it — in breadth-first order from ``start`` inside the component (successors in symbol order); empty where
+    ``start`` lies on no cycle or the component holds more than ``cap`` states. A path that leaves the component
+    never comes back to it (``product.runtime.lazy`` shares the rows of a state by its component: a free string's
+    body with its characters and escapes)."""
+    n = transitions.shape[0]
+    reach = np.zeros(n, dtype=np.bool_)
+    queue = np.empty(n, dtype=np.int64)
+    queue[0] = start
+    reach[start] = True
+    head, tail = 0, 1
+    while head < tail:
+        for t in transitions[queue[head]]:
+            if t >= 0 and not reach[t]:
+                reach[t] = True
+                queue[tail] = t
+                tail += 1
+        head += 1
+    # the reachable states' edges reversed (CSR by target), walked back from start
+    starts = np.zeros(n + 1, dtype=np.int64)
+    for i in range(tail):
+        for t in transitions[queue[i]]:
+            if t >= 0:
+                starts[t + 1] += 1
+    for s in range(n):
+        starts[s + 1] += starts[s]
+    sources = np.empty(starts[n], dtype=np.int64)
+    filled = starts[:n].copy()
+    for i in range(tail):
+        for t in transitions[queue[i]]:
+            if t >= 0:
+                sources[filled[t]] = queue[i]
+                filled[t] += 1
+    back = np.zeros(n, dtype=np.bool_)
+    back[start] = True
+    stack = np.empty(n, dtype=np.int64)
+    stack[0] = start
+    depth = 1
+    while depth:
+        depth -= 1
+        s = stack[depth]
+        for k in range(starts[s], starts[s + 1]):
+            p = sources[k]
+            if not back[p]:
+                back[p] = True
+                stack[depth] = p
+                depth += 1
+    on_cycle = False
+    for t in transitions[start]:
+        if t >= 0 and back[t]:
+            on_cycle = True
+    order = np.empty(n, dtype=np.int64)
+    if not on_cycle:
+        return order[:0]
+    seen = np.zeros(n, dtype=np.bool_)
+    order[0] = start
+    seen[start] = True
+    head, tail = 0, 1
+    while head < tail:
+        for t in transitions[order[head]]:
+            if t >= 0 and back[t] and not seen[t]:
+                if tail == cap:
+                    return order[:0]
+                seen[t] = True
+                order[tail] = t
+                tail += 1
+        head += 1
+    return order[:tail]
+
+
 def unique_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The distinct rows of a 2-D array as (index of each one's first occurrence, inverse: the distinct row of
     every row) — ``np.unique(matrix, axis=0, return_index=True, return_inverse=True)`` up to the order of the

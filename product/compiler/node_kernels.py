@@ -20,6 +20,7 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
   liveness against their dead merge classes; a target with no partial liveness decides its whole group.
 - ``live_inside``: row Y of pending nodes (single-token edges, inside the piece only).
 - ``open_edges``: a lazy guide's candidate edges of an open node, each with whether its target is settled.
+- ``read_tokens``: for a lazy guide, where a few tokens' bytes lead from one regex state (its edges out of a cycle).
 - ``pending_settled``: for a lazy guide, which (pending node, merge class) pairs one token takes to a node live
   in every merge class (most are decided so; ``product.runtime.lazy``).
 - ``stale_predecessors``: the nodes the liveness fixpoint must compute again.
@@ -39,8 +40,8 @@ from automata.dfa import group_by, lower_bound
 from product.compiler.forbidden import forbids
 
 __all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links",
-           "distinct_targets", "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys", "mark_dead", "pending_settled", "open_edges",
-           "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
+           "distinct_targets", "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys",
+           "mark_dead", "pending_settled", "open_edges", "read_tokens", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
 
@@ -497,3 +498,20 @@ def open_edges(tokens, targets, inside_row, boundary_row, accepting, context_fin
             out_t[k], out_q[k], out_c[k], kind[k] = t, q, boundary, 2
             is_settled[k] = settled(q, boundary, accepting, context_final, break_possible, num_open)
     return out_t, out_q, out_c, kind, is_settled
+
+
+@njit(**_KERNEL)
+def read_tokens(table, state, tokens, token_blob, token_offsets):
+    """The regex state each of ``tokens`` leads to from ``state``, its bytes read one by one (-1 where the table
+    rejects one on the way): a lazy guide's edges out of a cycle, read for the few tokens holding a byte that leaves
+    it rather than walking the vocabulary trie."""
+    out = np.empty(len(tokens), dtype=np.int64)
+    for i in range(len(tokens)):
+        q = state
+        t = tokens[i]
+        for k in range(token_offsets[t], token_offsets[t + 1]):
+            q = table[q, token_blob[k]]
+            if q < 0:
+                break
+        out[i] = q
+    return out

@@ -21,7 +21,9 @@ liveness over all of them before the first mask; a generation visits about 1 % o
 
 A node's rows depend only on its context and on its regex state's future (the labelled automaton reachable from
 it), so they are shared by every lazy guide of the tokenizer (``_SharedRows``): a free string's body followed by the
-same closing is built once per context, whichever fragment or schema meets it first.
+same closing is built once per context, whichever fragment or schema meets it first. A state on a cycle (a string's
+body followed by a schema's own text, a future met once) shares what stays in the cycle, fixed by the cycle and the
+context, and reads only the tokens leaving it (``_Cycle``, ``_cycle_layout``).
 
 So every allowed token still leads to a live state, and the masks equal the eager guide's (tested state by state
 along walks). It is a ``Guide``: ``Matcher``, the batch kernels (which hand its states to ``_fill_row``) and the
@@ -42,15 +44,16 @@ import hashlib
 import operator
 import threading
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
 from automata import EmptyLanguageError
-from automata.dfa import DFA, MISSING, bfs_order
+from automata.dfa import DFA, MISSING, bfs_order, cycle_region
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import row_descriptor
-from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled
+from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled, read_tokens
 from product.compiler.tables import _forbidden_index, guide_eos, per_automaton, row_kind, row_layout, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions, state_row
 from product.runtime.guide import Guide
@@ -67,6 +70,38 @@ _ROWS_KEPT = 64  # regex states' rows kept for reuse (``_row``)
 # ones are a schema's own text, met once); the shared rows of a tokenizer are kept up to ``_SHARED_BYTES``.
 _MAX_FUTURE_STATES = 64
 _SHARED_BYTES = 64 << 20
+# A state on a cycle shares its rows by the cycle (``_Cycle``) up to ``_MAX_CYCLE_STATES`` states, where the tokens
+# holding a byte that leaves it are at most 1/``_EXIT_TOKENS_SHARE`` of the vocabulary (they are read one by one).
+_MAX_CYCLE_STATES = 4096
+_EXIT_TOKENS_SHARE = 4
+_NARROW_ROW = 1024  # candidates at most: the row is built from the walk, not combined (the walk is short)
+
+
+class _Edges(NamedTuple):
+    """A node's candidate edges (``LazyGuide._edges``), one entry per (token, way it is allowed)."""
+
+    tokens: np.ndarray  # int64 token ids
+    targets: np.ndarray  # int64 target node ids, -1 where settled (only forced targets become nodes)
+    kind: np.ndarray  # int8 _X / _Y / _Z
+    settled: np.ndarray  # bool: the target is live in every merge class
+    states: np.ndarray  # int64 target regex states
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _Cycle:
+    """The cycle a regex state lies on — its strongly connected component (``automata.dfa.cycle_region``) — as
+    ``LazyGuide`` shares rows by it. Invariants: ``order`` lists the component's states breadth-first from the state
+    (``rank`` inverts it, -1 outside); ``digest`` names the labelled component — its transitions renumbered by rank
+    (-2 for an edge leaving it), where the text may end, where a boundary is possible (``LazyGuide._break``) — so two
+    states with equal digests read the same tokens into it, to the same ranks and the same settledness;
+    ``exit_tokens`` are the tokens holding a byte some state of it leaves on (ascending): every token whose path
+    leaves the component is among them."""
+
+    digest: bytes
+    order: np.ndarray
+    rank: np.ndarray
+    inside: np.ndarray  # bool per regex state
+    exit_tokens: np.ndarray
 
 
 def kept(rows: OrderedDict, key, build):
@@ -120,6 +155,18 @@ def _shared_rows(canonical: CanonicalAutomaton) -> _SharedRows:
     return per_automaton(canonical, "lazy rows by future", _SharedRows)
 
 
+def _tokens_by_byte(canonical: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets [257], tokens): the tokens whose bytes hold byte b are ``tokens[offsets[b]:offsets[b + 1]]``,
+    ascending, each once."""
+    def build():
+        lengths = np.diff(canonical.token_offsets)
+        owner = np.repeat(np.arange(canonical.vocab_size, dtype=np.int64), lengths)
+        keys = np.unique(canonical.token_blob.astype(np.int64) * canonical.vocab_size + owner)
+        by, tokens = np.divmod(keys, canonical.vocab_size)
+        return np.searchsorted(by, np.arange(257)).astype(np.int64), tokens
+    return per_automaton(canonical, "tokens by byte", build)
+
+
 class LazyGuide(Guide):
     """Masks of the canonical tokenizations of a regex's language, nodes built on first visit: a ``Guide`` (states
     ``node * num_merge_classes + merge_class``; the mask cache, ``fill_bitmask``, ``advance``, ``Matcher`` and the
@@ -158,11 +205,12 @@ class LazyGuide(Guide):
         self.eos_token_ids = guide_eos(canonical, eos_token_ids)
         self._nodes = NodeTable()  # node ids by key q * contexts + ctx
         self._C = canonical.num_contexts
-        self._candidates: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+        self._candidates: dict[int, _Edges] = {}
         self._node_rows: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
         self._live: dict[int, bool] = {}  # forced (node, merge class) pairs solved
         self._descriptors: dict[int, tuple[np.ndarray, tuple]] = {}  # node -> (row descriptor, the arrays it points to)
         self._futures: dict[int, bytes | None] = {}  # regex state -> digest of its future (``_future``)
+        self._cycles: dict[int, _Cycle | None] = {}  # regex state -> the cycle it lies on (``_cycle``)
         self._shared = _shared_rows(canonical)
         self._forbidden = _forbidden_index(canonical)
         self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
@@ -250,11 +298,11 @@ class LazyGuide(Guide):
         q, ctx = self._key(node)
         return bool(self._settled_at(np.array([q]), np.array([ctx]))[0])
 
-    def _edges(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(tokens, target nodes, kind, settled) of every token the regex state reads and the context lets through
-        some way, before liveness: a token both inside and boundary-able appears twice (kinds Y and Z); settled:
-        whether the target is (``_settled``). Only forced targets get a node id (-1 for the others: liveness never
-        asks about them, and ``advance`` finds its target itself)."""
+    def _edges(self, node: int) -> _Edges:
+        """Every token the regex state reads and the context lets through some way, before liveness: a token both
+        inside and boundary-able appears twice (kinds Y and Z); settled: whether the target is (``_settled``). Only
+        forced targets get a node id (-1 for the others: liveness never asks about them, and ``advance`` finds its
+        target itself)."""
         if node not in self._candidates:
             q, ctx = self._key(node)
             if ctx >= self._num_open:
@@ -264,7 +312,7 @@ class LazyGuide(Guide):
             a = self._canonical
             tokens, qs, ctxs, kind, settled = open_edges(tokens, targets, a.inside_next[ctx], a.boundary_next[ctx],
                                                          self._accepting, a.context_final, self._break, self._num_open)
-            self._candidates[node] = (tokens, self._forced_ids(qs, ctxs, settled), kind, settled)
+            self._candidates[node] = _Edges(tokens, self._forced_ids(qs, ctxs, settled), kind, settled, qs)
         return self._candidates[node]
 
     def _settled_at(self, qs: np.ndarray, ctxs: np.ndarray) -> np.ndarray:
@@ -304,7 +352,8 @@ class LazyGuide(Guide):
         bounds = np.concatenate([[0], np.cumsum(counts)])
         for i, n in enumerate(nodes):
             lo, hi = bounds[i], bounds[i + 1]
-            self._candidates[n] = (tokens[lo:hi], targets[lo:hi], np.full(hi - lo, _Y, np.int8), settled[lo:hi])
+            self._candidates[n] = _Edges(tokens[lo:hi], targets[lo:hi], np.full(hi - lo, _Y, np.int8), settled[lo:hi],
+                                         qs[lo:hi])
 
     def _row(self, q: int) -> tuple[np.ndarray, np.ndarray]:
         """The tokens regex state ``q`` reads (ascending) and the states they reach (``_build_row``), on use; the
@@ -364,7 +413,7 @@ class LazyGuide(Guide):
             entering: set[int] = set()
             for pair in undecided.tolist():
                 n, c = divmod(pair, M)
-                tokens, targets, kind, settled = self._edges(n)
+                tokens, targets, kind, settled, _ = self._edges(n)
                 forced = ~settled
                 tokens, targets, kind = tokens[forced], targets[forced], kind[forced]
                 allowed = (kind == _X) | ((kind == _Y) != self._canonical.forbids(c, tokens))
@@ -409,8 +458,9 @@ class LazyGuide(Guide):
             out.append(whole is not None and bool(self._whole._is_live(whole, mc)))
         return out
 
-    def _alive_by_settled(self, pairs: np.ndarray) -> np.ndarray:
-        """bool per (forced node, merge class) pair: whether one allowed edge reaches a settled node."""
+    def _alive_by_settled(self, pairs: np.ndarray, within: np.ndarray | None = None) -> np.ndarray:
+        """bool per (forced node, merge class) pair: whether one allowed edge reaches a settled node (one whose
+        regex state is ``within``, bool per state, where given: ``_cycle_edges`` proves liveness inside a cycle)."""
         alive = np.zeros(len(pairs), dtype=bool)
         nodes, classes = np.divmod(pairs, self._M)
         qs, ctxs = np.divmod(self._nodes.keys[nodes], self._C)
@@ -420,7 +470,9 @@ class LazyGuide(Guide):
         asked, ys, zs = [], [], []
         for n in np.unique(nodes[~pending]).tolist():
             where = np.flatnonzero(nodes == n)
-            tokens, _, kind, sure = self._edges(n)
+            tokens, _, kind, sure, states = self._edges(n)
+            if within is not None:
+                sure = sure & within[states]
             if (kind[sure] == _X).any():  # a boundary token into a settled node: every class lives
                 alive[where] = True
                 continue
@@ -437,26 +489,33 @@ class LazyGuide(Guide):
         for q in np.unique(qs[pending]).tolist():
             where = np.flatnonzero(pending & (qs == q))
             tokens, targets = self._row(q)
+            if within is not None:
+                tokens, targets = tokens[within[targets]], targets[within[targets]]
             alive[where] = pending_settled(ctxs[where] - self._num_open, classes[where], tokens, targets,
                                            a.pending_offsets, a.pending_tokens, a.pending_next, self._num_open,
                                            self._accepting, a.context_final, self._break, f.position, f.starts,
                                            f.ends, f.offsets, f.dense_row, f.dense)
         return alive
 
+    def _live_pairs(self, targets: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+        """bool per edge into a forced node (``targets``, node ids) by ``tokens``: whether the target is live for
+        the merge class the token leaves (solved where not known yet)."""
+        if not len(targets):
+            return np.zeros(0, dtype=bool)
+        pairs, inverse = np.unique(targets * self._M + self._canonical.after_class[tokens], return_inverse=True)
+        unknown = np.array([p for p in pairs.tolist() if p not in self._live], dtype=np.int64)
+        if len(unknown):
+            self._solve_region(unknown)
+        return np.array([self._live[p] for p in pairs.tolist()], dtype=bool)[inverse.ravel()]
+
     def _live_rows(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """X, Y, Z of a node (ascending): its candidates whose target is live for the merge class the token
         leaves."""
         if node not in self._node_rows:
-            tokens, targets, kind, settled = self._edges(node)
+            tokens, targets, kind, settled, _ = self._edges(node)
             keep = settled.copy()
-            forced = np.flatnonzero(~settled)
-            if len(forced):
-                pairs, inverse = np.unique(targets[forced] * self._M + self._canonical.after_class[tokens[forced]],
-                                           return_inverse=True)
-                unknown = np.array([p for p in pairs.tolist() if p not in self._live], dtype=np.int64)
-                if len(unknown):
-                    self._solve_region(unknown)
-                keep[forced] = np.array([self._live[p] for p in pairs.tolist()], dtype=bool)[inverse]
+            forced = ~settled
+            keep[forced] = self._live_pairs(targets[forced], tokens[forced])
             rows = tuple(tokens[keep & (kind == k)] for k in (_X, _Y, _Z))
             pending = self._key(node)[1] >= self._num_open  # (an open node's edges are in row order, ascending)
             self._node_rows[node] = tuple(np.sort(r) for r in rows) if pending else rows
@@ -496,22 +555,112 @@ class LazyGuide(Guide):
             self._futures[q] = digest
         return self._futures[q]
 
+    def _cycle(self, q: int) -> _Cycle | None:
+        """The cycle regex state ``q`` lies on (``_Cycle``); None where it lies on none, the cycle is longer than
+        ``_MAX_CYCLE_STATES`` or too many tokens hold a byte leaving it."""
+        if q not in self._cycles:
+            found = None
+            order = cycle_region(self._table, q, _MAX_CYCLE_STATES)
+            if len(order):
+                inside = np.zeros(len(self._table), dtype=bool)
+                inside[order] = True
+                rank = np.full(len(self._table), -1, dtype=np.int64)
+                rank[order] = np.arange(len(order))
+                table = self._table[order]
+                to = np.maximum(table, 0)
+                leaves = (table >= 0) & ~inside[to]
+                offsets, by_byte = _tokens_by_byte(self._canonical)
+                exit_bytes = np.flatnonzero(leaves.any(axis=0))
+                if (offsets[exit_bytes + 1] - offsets[exit_bytes]).sum() <= self.vocab_size // _EXIT_TOKENS_SHARE:
+                    exit_tokens = np.unique(np.concatenate([np.zeros(0, np.int64)]
+                                                           + [by_byte[offsets[b]:offsets[b + 1]] for b in exit_bytes]))
+                    renumbered = np.where(table < 0, -1, np.where(leaves, -2, rank[to]))
+                    digest = hashlib.blake2b(renumbered.astype(np.int32).tobytes(), digest_size=16)
+                    digest.update(self._accepting[order].tobytes())
+                    digest.update(np.ascontiguousarray(self._break[order]).tobytes())
+                    found = _Cycle(digest.digest(), order, rank, inside, exit_tokens)
+            self._cycles[q] = found
+        return self._cycles[q]
+
+    def _cycle_rows(self, node: int, cycle: _Cycle) -> tuple:
+        """What every guide with the same cycle and context shares of the node's rows (``_SharedRows`` value
+        ``(True, arrays)``; ``(False, ())`` for a narrow row, cheaper built than combined): its edges staying in
+        the cycle, which the cycle's digest fixes — X, Y, Z into settled nodes, and those into forced nodes
+        (tokens, kind, the target's rank in the cycle and its context) with whether an allowed edge inside the
+        cycle takes the target to a settled node for the merge class the token leaves (then it is live whatever
+        lies past the cycle; the others are each guide's to solve, ``_cycle_layout``)."""
+        edges = self._edges(node)
+        if len(edges.tokens) <= _NARROW_ROW:
+            return False, ()
+        stays = cycle.inside[edges.states]
+        sure = edges.settled & stays
+        settled_rows = tuple(edges.tokens[sure & (edges.kind == k)].astype(np.int32) for k in (_X, _Y, _Z))
+        into = ~edges.settled & stays
+        tokens, targets = edges.tokens[into], edges.targets[into]
+        pairs, inverse = np.unique(targets * self._M + self._canonical.after_class[tokens], return_inverse=True)
+        proven = self._alive_by_settled(pairs, within=cycle.inside)[inverse.ravel()]
+        contexts = self._nodes.keys[targets] % self._C
+        return True, (*settled_rows, tokens.astype(np.int32), edges.kind[into],
+                      cycle.rank[edges.states[into]].astype(np.int32), contexts.astype(np.int32), proven)
+
+    def _cycle_layout(self, node: int, cycle: _Cycle) -> tuple[int, tuple] | None:
+        """The node's rows laid out (as ``_layout``) from what guides with its cycle share (``_cycle_rows``, built
+        here if none has it yet) and what is this guide's own: the edges into forced nodes of the cycle not proven
+        live there, and the edges leaving the cycle — read from the cycle's exit tokens
+        (``node_kernels.read_tokens``: a free string's closing quote and what follows it, a few hundred tokens)
+        rather than a walk of the vocabulary. None for a narrow row."""
+        q, ctx = self._key(node)
+        key = ("cycle", cycle.digest, ctx)
+        shared = self._shared.get(key)
+        if shared is None:
+            shared = self._cycle_rows(node, cycle)
+            self._shared.put(key, shared)
+        wide, arrays = shared
+        if not wide:
+            return None
+        X, Y, Z, in_tokens, in_kind, in_rank, in_context, proven = arrays
+        kept_inside = proven.copy()
+        ask = ~proven
+        targets = self._nodes.ids(cycle.order[in_rank[ask]] * self._C + in_context[ask])
+        kept_inside[ask] = self._live_pairs(targets, in_tokens[ask].astype(np.int64))
+        a = self._canonical
+        reached = read_tokens(self._table, q, cycle.exit_tokens, a.token_blob, a.token_offsets)
+        leaves = (reached >= 0) & ~cycle.inside[np.maximum(reached, 0)]
+        tokens, qs, ctxs, kind, settled = open_edges(cycle.exit_tokens[leaves], reached[leaves], a.inside_next[ctx],
+                                                     a.boundary_next[ctx], self._accepting, a.context_final,
+                                                     self._break, self._num_open)
+        kept = settled.copy()
+        kept[~settled] = self._live_pairs(self._forced_ids(qs, ctxs, settled)[~settled], tokens[~settled])
+        rows = [np.concatenate([base, in_tokens[kept_inside & (in_kind == k)], tokens[kept & (kind == k)]])
+                for base, k in ((X, _X), (Y, _Y), (Z, _Z))]
+        if self._settled(node):  # (no pair asks for its edges again)
+            self._candidates.pop(node, None)
+        return row_kind(row_layout(*rows, self.num_words))
+
+    def _layout(self, node: int) -> tuple[int, tuple]:
+        """The node's rows as the mask kernel reads them (``tables.row_layout``: kind, arrays): another guide's
+        where one has a node of the same future and context (``_SharedRows``), combined from what guides with its
+        cycle share where it lies on one (``_cycle_layout``), else built here; offered to the others by its
+        future."""
+        q, ctx = self._key(node)
+        future = self._future(q) if self._shares_rows else None
+        found = None if future is None else self._shared.get((future, ctx))
+        if found is not None:
+            return found
+        cycle = self._cycle(q) if self._shares_rows and ctx < self._num_open else None
+        built = None if cycle is None else self._cycle_layout(node, cycle)
+        if built is None:
+            built = row_kind(row_layout(*self._live_rows(node), self.num_words))
+        built = built[0], tuple(np.ascontiguousarray(a) for a in built[1])  # (the kernel reads them by address)
+        if future is not None:
+            self._shared.put((future, ctx), built)
+        return built
+
     def _descriptor(self, node: int) -> int:
-        """The address of the node's row descriptor for the mask kernels (laid out as the eager guide's,
-        ``tables.row_layout``), built on first use — or taken from another guide's node with the same future and
-        context (``_SharedRows``)."""
+        """The address of the node's row descriptor for the mask kernels, built on first use (``_layout``)."""
         if node not in self._descriptors:
             with self._build_lock:
-                q, ctx = self._key(node)
-                future = self._future(q) if self._shares_rows else None
-                shared = None if future is None else self._shared.get((future, ctx))
-                if shared is None:
-                    kind, arrays = row_kind(row_layout(*self._live_rows(node), self.num_words))
-                    arrays = tuple(np.ascontiguousarray(a) for a in arrays)  # (the kernel reads them by address)
-                    if future is not None:
-                        self._shared.put((future, ctx), (kind, arrays))
-                else:
-                    kind, arrays = shared
+                kind, arrays = self._layout(node)
                 descriptor = np.array(row_descriptor(kind, self._ends(node), *arrays), dtype=np.int64)
                 self._descriptors[node] = (descriptor, arrays)
                 self._node_rows.pop(node, None)  # (the descriptor's arrays hold them; rebuilt from _edges if asked)

@@ -4,6 +4,7 @@ import re
 import string
 
 import interegular
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +12,7 @@ from hypothesis import strategies as st
 from interegular.patterns import _CharGroup
 
 from automata import DFA, MISSING, Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
+from automata.dfa import cycle_region
 
 PATTERNS = [
     r"(true|false)",
@@ -130,6 +132,27 @@ def test_minimise_agrees_with_table_filling_on_random_dfas(data):
     words += [w + [c] for w in words[-k * k:] for c in range(k)]
     accepts = lambda d, w: d.run(w) != MISSING and bool(d.accepting[d.run(w)])  # noqa: E731
     assert all(accepts(dfa, w) == accepts(minimal, w) for w in words)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_cycle_region_is_the_strongly_connected_component(data):
+    """``cycle_region`` against networkx's components on random tables: the states a state shares a cycle with,
+    breadth-first from it inside them (the first the state itself), none for a state on no cycle or past the cap."""
+    n, k = data.draw(st.integers(1, 20)), data.draw(st.integers(1, 3))
+    rows = data.draw(st.lists(st.lists(st.integers(-1, n - 1), min_size=k, max_size=k), min_size=n, max_size=n))
+    table = np.array(rows, dtype=np.int32)
+    graph = nx.DiGraph()
+    graph.add_nodes_from(range(n))
+    graph.add_edges_from((s, int(t)) for s in range(n) for t in table[s] if t >= 0)
+    for state in range(n):
+        component = next(c for c in nx.strongly_connected_components(graph) if state in c)
+        on_cycle = len(component) > 1 or graph.has_edge(state, state)
+        found = cycle_region(table, state, n)
+        assert set(found.tolist()) == (component if on_cycle else set())
+        if on_cycle:
+            assert found[0] == state and len(set(found.tolist())) == len(found)
+            assert len(cycle_region(table, state, len(component) - 1)) == (0 if len(component) > 1 else 1)
 
 
 def test_trim_removes_unreachable_and_dead_states():

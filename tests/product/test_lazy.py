@@ -4,6 +4,8 @@ Oracle: ``Guide`` (the eager construction: every node, liveness by the fixpoint 
 alongside on the same random tokens (``tests.support.walk_alike``), on real tokenizers of four pre-tokenizer
 families; the eager guide itself is held to the runtime elsewhere (tests/product/test_guide.py)."""
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -396,3 +398,32 @@ def test_nodes_with_one_future_share_their_rows_across_guides(tokenizer, monkeyp
             walk_alike(eager, lazy, rng, 30)
     (first_built, first_served), (second_built, second_served) = walks["first: "], walks["second: "]
     assert second_served == first_served and second_built < min(first_built, second_served)  # (the body's: shared)
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3", "qwen3"])
+def test_nodes_on_one_cycle_share_what_stays_in_it(tokenizer, monkeypatch):
+    """A free string's body followed by texts no other guide had (``_Cycle``): the tokens staying in the body are
+    shared by the body's cycle and context, so a later guide does not walk the vocabulary from the body — it reads
+    only the tokens leaving it — and its masks are still the eager guide's, along the text and along random walks."""
+    walked: list[int] = []
+    build_row = LazyGuide._build_row
+    monkeypatch.setattr(LazyGuide, "_build_row", lambda self, q: (walked.append(q), build_row(self, q))[1])
+    store = lazy_module._SharedRows()
+    monkeypatch.setattr(lazy_module, "_shared_rows", lambda canonical: store)
+    rng = np.random.default_rng(5)
+    body = r'"([^"\\]|\\["\\/bfnrt])*"'
+    text = '{"x": "a free text, with ünïcode, a \\" and more"'
+    for i, closing in enumerate([', "alpha": 1}', ', "beta": [2]}', '}']):
+        pattern = r'\{"x": ' + body + re.escape(closing)
+        eager, lazy = _pair(tokenizer, pattern)
+        walked.clear()
+        state, reference = lazy.initial_state, eager.initial_state
+        for token in runtime_of(tokenizer).encode(text + closing, add_special_tokens=False).ids:
+            assert np.array_equal(eager.allowed(reference), lazy.allowed(state))
+            state, reference = lazy.advance(state, token), eager.advance(reference, token)
+        assert np.array_equal(eager.allowed(reference), lazy.allowed(state)) and lazy.is_accepting(state)
+        inside = lazy._dfa.run(list(b'{"x": "'), lazy._dfa.start)
+        assert lazy._cycle(inside) is not None
+        assert (inside in walked) == (i == 0), (i, walked)
+        for _ in range(4):
+            walk_alike(eager, lazy, rng, 30)
