@@ -484,10 +484,11 @@ def _coarsest(table, block):
 @njit(**_KERNEL)
 def bfs_order(transitions, start, cap):
     """States in breadth-first order from ``start``, each state's successors in symbol order (reachable only); an
-    empty order where more than ``cap`` states are reachable (``product.runtime.lazy`` names a state's future by it,
-    and a long one is not worth naming)."""
+    empty order where more than ``cap`` states are reachable."""
     seen = np.zeros(transitions.shape[0], dtype=np.bool_)
-    order = np.empty(min(cap, transitions.shape[0]), dtype=np.int64)
+    order = np.empty(max(min(cap, transitions.shape[0]), 1), dtype=np.int64)
+    if cap < 1:
+        return order[:0]
     order[0] = start
     seen[start] = True
     head, tail = 0, 1
@@ -501,6 +502,50 @@ def bfs_order(transitions, start, cap):
                 tail += 1
         head += 1
     return order[:tail]
+
+
+@njit(**_KERNEL)
+def reachable_code(transitions, start, cap):
+    """The automaton reachable from ``start`` written out canonically: states numbered breadth-first (successors in
+    symbol order, as ``bfs_order``), and per state in that order its edge count, then each edge as (symbol, target's
+    number). Two starts have equal codes iff the automata reachable from them are isomorphic (as unlabelled graphs;
+    labels are the caller's to add, in ``order``). Returns (order, code); both empty where more than ``cap`` states
+    are reachable. Sparse rows make short codes: a literal's chain is two numbers a state, not a row of 256."""
+    n = transitions.shape[0]
+    number = np.full(n, -1, dtype=np.int64)
+    order = np.empty(max(min(cap, n), 1), dtype=np.int64)
+    code = np.empty(16, dtype=np.int32)
+    if cap < 1:
+        return order[:0], code[:0]
+    order[0] = start
+    number[start] = 0
+    head, tail, size = 0, 1, 0
+    while head < tail:
+        row = transitions[order[head]]
+        edges = 0
+        for t in row:
+            if t >= 0:
+                edges += 1
+        if size + 1 + 2 * edges > len(code):
+            grown = np.empty(2 * (size + 1 + 2 * edges), dtype=np.int32)
+            grown[:size] = code[:size]
+            code = grown
+        code[size] = edges
+        size += 1
+        for symbol in range(len(row)):
+            t = row[symbol]
+            if t < 0:
+                continue
+            if number[t] < 0:
+                if tail == len(order):
+                    return order[:0], code[:0]
+                number[t] = tail
+                order[tail] = t
+                tail += 1
+            code[size], code[size + 1] = symbol, number[t]
+            size += 2
+        head += 1
+    return order[:tail], code[:size]
 
 
 @njit(**_KERNEL)
@@ -566,7 +611,7 @@ def cycle_region(transitions, start, cap):
     while head < tail:
         for t in transitions[order[head]]:
             if t >= 0 and back[t] and not seen[t]:
-                if tail == cap:
+                if tail >= cap:
                     return order[:0]
                 seen[t] = True
                 order[tail] = t

@@ -21,6 +21,9 @@ after the regex and its token transitions): email 3.3 -> 0.9 s, JSON object 640 
 - ``live_inside``: row Y of pending nodes (single-token edges, inside the piece only).
 - ``open_edges``: a lazy guide's candidate edges of an open node, each with whether its target is settled.
 - ``read_tokens``: for a lazy guide, where a few tokens' bytes lead from one regex state (its edges out of a cycle).
+- ``open_settled``: for a lazy guide, which (open node, merge class) pairs of a short row (the rest of a literal)
+  one token takes to a settled node, without the nodes' edges built; ``open_forced_steps``, the pairs their allowed
+  edges into forced nodes enter.
 - ``pending_settled``: for a lazy guide, which (pending node, merge class) pairs one token takes to a node live
   in every merge class (most are decided so; ``product.runtime.lazy``).
 - ``stale_predecessors``: the nodes the liveness fixpoint must compute again.
@@ -41,7 +44,8 @@ from product.compiler.forbidden import forbids
 
 __all__ = ["NodeTable", "group_row", "join_groups", "context_edges", "pending_edges", "pending_links",
            "distinct_targets", "any_live_crossing", "split_rows", "live_inside", "stale_predecessors", "entering_keys",
-           "mark_dead", "pending_settled", "open_edges", "read_tokens", "NONE_DEAD", "ALL_DEAD", "PARTIAL"]
+           "mark_dead", "pending_settled", "open_settled", "open_forced_steps", "open_edges", "read_tokens", "NONE_DEAD", "ALL_DEAD",
+           "PARTIAL"]
 
 _KERNEL = dict(cache=True, nogil=True, boundscheck=False)
 
@@ -515,3 +519,72 @@ def read_tokens(table, state, tokens, token_blob, token_offsets):
                 break
         out[i] = q
     return out
+
+
+@njit(**_KERNEL)
+def open_settled(contexts, classes, row_tokens, row_targets, inside_next, boundary_next, within, num_open, accepting,
+                 context_final, break_possible, position, starts, ends, offsets, dense_row, dense):
+    """For pairs i of one regex state (row ``row_tokens`` -> ``row_targets``), each an open context ``contexts[i]``
+    and a merge class ``classes[i]``: whether some token the state reads, allowed after the class, reaches a
+    settled node (``settled``) whose regex state is ``within`` (bool per state; empty: any) — a token only a boundary
+    may precede (X), one inside the piece not forbidden (Y), or one forbidden that a boundary may precede, to its
+    boundary context (Z). A lazy guide's one-step liveness of the forced nodes of a literal, without their edges
+    (``open_edges``) built. (True: the pair is live. False: only the forced targets can make it live.)"""
+    alive = np.zeros(len(contexts), dtype=np.bool_)
+    anywhere = len(within) == 0
+    for i in range(len(contexts)):
+        ctx, c = contexts[i], classes[i]
+        for a in range(len(row_tokens)):
+            q = row_targets[a]
+            if not anywhere and not within[q]:
+                continue
+            t = row_tokens[a]
+            inside, boundary = inside_next[ctx, t], boundary_next[ctx, t]
+            if inside < 0:
+                if boundary >= 0 and settled(q, boundary, accepting, context_final, break_possible, num_open):
+                    alive[i] = True
+                    break
+                continue
+            if settled(q, inside, accepting, context_final, break_possible, num_open) and not forbids(
+                    c, t, position, starts, ends, offsets, dense_row, dense):
+                alive[i] = True
+                break
+            if boundary >= 0 and settled(q, boundary, accepting, context_final, break_possible, num_open) and forbids(
+                    c, t, position, starts, ends, offsets, dense_row, dense):
+                alive[i] = True
+                break
+    return alive
+
+
+@njit(**_KERNEL)
+def open_forced_steps(contexts, classes, row_tokens, row_targets, inside_next, boundary_next, after_class, num_open,
+                      num_contexts, accepting, context_final, break_possible, position, starts, ends, offsets,
+                      dense_row, dense):
+    """For pairs i of one regex state (as ``open_settled``'s), the allowed edges into nodes that are not settled:
+    per pair their count, and each one's target key (``q * num_contexts + ctx``) and the merge class its token
+    leaves (``after_class``) — the pairs a lazy guide's liveness search enters next, without the nodes' edges
+    built."""
+    counts = np.zeros(len(contexts), dtype=np.int64)
+    keys = np.empty(16, dtype=np.int64)
+    leaves = np.empty(16, dtype=np.int64)
+    size = 0
+    for i in range(len(contexts)):
+        ctx, c = contexts[i], classes[i]
+        for a in range(len(row_tokens)):
+            t, q = row_tokens[a], row_targets[a]
+            inside, boundary = inside_next[ctx, t], boundary_next[ctx, t]
+            if inside < 0 and boundary < 0:
+                continue
+            forbidden = inside >= 0 and forbids(c, t, position, starts, ends, offsets, dense_row, dense)
+            # Y (inside the piece) iff not forbidden; X (a boundary only) always; Z (the boundary of a token that
+            # may continue the piece) iff forbidden
+            target = inside if inside >= 0 and not forbidden else (boundary if inside < 0 or forbidden else -1)
+            if target < 0 or settled(q, target, accepting, context_final, break_possible, num_open):
+                continue
+            if size == len(keys):
+                keys = np.concatenate((keys, keys))
+                leaves = np.concatenate((leaves, leaves))
+            keys[size], leaves[size] = q * num_contexts + target, after_class[t]
+            size += 1
+            counts[i] += 1
+    return counts, keys[:size], leaves[:size]

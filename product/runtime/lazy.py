@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import itertools
 import operator
 import threading
 from collections import OrderedDict
@@ -49,11 +50,19 @@ from typing import NamedTuple
 import numpy as np
 
 from automata import EmptyLanguageError
-from automata.dfa import DFA, MISSING, bfs_order, cycle_region
+from automata.dfa import DFA, MISSING, cycle_region, reachable_code
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import break_possible
 from product.compiler.forbidden import row_descriptor
-from product.compiler.node_kernels import NodeTable, open_edges, pending_edges, pending_settled, read_tokens
+from product.compiler.node_kernels import (
+    NodeTable,
+    open_edges,
+    open_forced_steps,
+    open_settled,
+    pending_edges,
+    pending_settled,
+    read_tokens,
+)
 from product.compiler.tables import _forbidden_index, guide_eos, per_automaton, row_kind, row_layout, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions, state_row
 from product.runtime.guide import Guide
@@ -75,6 +84,10 @@ _SHARED_BYTES = 64 << 20
 _MAX_CYCLE_STATES = 4096
 _EXIT_TOKENS_SHARE = 4
 _NARROW_ROW = 1024  # candidates at most: the row is built from the walk, not combined (the walk is short)
+# A forced node whose state reads at most ``_SHORT_ROW`` tokens is tested one step ahead from the row itself
+# (``node_kernels.open_settled``: a pass over the row per pair), not from its edges.
+_SHORT_ROW = 512
+_ANYWHERE = np.zeros(0, dtype=bool)
 
 
 class _Edges(NamedTuple):
@@ -406,18 +419,22 @@ class LazyGuide(Guide):
             alive = self._alive_by_settled(frontier)
             found.update(dict.fromkeys(frontier[alive].tolist(), True))
             undecided = frontier[~alive]
-            unbuilt = [n for n in np.unique(undecided // M).tolist()
-                       if n not in self._candidates and self._key(n)[1] >= self._num_open]
+            unbuilt = sorted({n for n in (undecided // M).tolist()
+                              if n not in self._candidates and self._key(n)[1] >= self._num_open})
             if unbuilt:
                 self._build_pending(unbuilt)
             entering: set[int] = set()
+            stepped = self._open_steps(undecided)
             for pair in undecided.tolist():
-                n, c = divmod(pair, M)
-                tokens, targets, kind, settled, _ = self._edges(n)
-                forced = ~settled
-                tokens, targets, kind = tokens[forced], targets[forced], kind[forced]
-                allowed = (kind == _X) | ((kind == _Y) != self._canonical.forbids(c, tokens))
-                nexts = successors[pair] = (targets[allowed] * M + after[tokens[allowed]]).tolist()
+                nexts = stepped.get(pair)
+                if nexts is None:
+                    n, c = divmod(pair, M)
+                    tokens, targets, kind, settled, _ = self._edges(n)
+                    forced = ~settled
+                    tokens, targets, kind = tokens[forced], targets[forced], kind[forced]
+                    allowed = (kind == _X) | ((kind == _Y) != self._canonical.forbids(c, tokens))
+                    nexts = (targets[allowed] * M + after[tokens[allowed]]).tolist()
+                successors[pair] = nexts
                 entering.update(nexts)
             frontier = np.array([p for p in entering if p not in self._live and p not in found and p not in successors],
                                 dtype=np.int64)
@@ -434,6 +451,30 @@ class LazyGuide(Guide):
         for pair in successors:
             found.setdefault(pair, False)
         self._live.update(found)
+
+    def _open_steps(self, pairs: np.ndarray) -> dict[int, list[int]]:
+        """The pairs the allowed edges into forced nodes enter, for the (open node, merge class) pairs among
+        ``pairs`` whose node has a short row and no edges built: from the row, one compiled pass per regex state
+        (``node_kernels.open_forced_steps``)."""
+        nodes, classes = np.divmod(pairs, self._M)
+        qs, ctxs = np.divmod(self._nodes.keys[nodes], self._C)
+        by_state: dict[int, list[int]] = {}
+        for i, (n, q, ctx) in enumerate(zip(nodes.tolist(), qs.tolist(), ctxs.tolist())):
+            if ctx < self._num_open and n not in self._candidates and len(self._row(q)[0]) <= _SHORT_ROW:
+                by_state.setdefault(q, []).append(i)
+        a, f = self._canonical, self._forbidden
+        out: dict[int, list[int]] = {}
+        for q, where in by_state.items():
+            tokens, targets = self._row(q)
+            counts, keys, leaves = open_forced_steps(ctxs[where], classes[where], tokens, targets, a.inside_next,
+                                                     a.boundary_next, a.after_class, self._num_open, self._C,
+                                                     self._accepting, a.context_final, self._break, f.position,
+                                                     f.starts, f.ends, f.offsets, f.dense_row, f.dense)
+            nexts = (self._nodes.ids(keys) * self._M + leaves).tolist()
+            bounds = [0, *itertools.accumulate(counts.tolist())]
+            for k, i in enumerate(where):
+                out[int(pairs[i])] = nexts[bounds[k]:bounds[k + 1]]
+        return out
 
     def _compile_whole(self) -> None:
         """The eager guide of the same constraint (every node, liveness by the whole fixpoint), for a forced region
@@ -467,9 +508,24 @@ class LazyGuide(Guide):
         pending = ctxs >= self._num_open
         # open nodes (the rest of a literal): a class is dead in one step iff F holds every Y token into a settled
         # node and none of the Z ones (``ForbiddenSets.dead_flags``, every node's row in one call)
+        # (a short row not split into edges yet: one compiled pass over the row per regex state, ``open_settled``)
+        a, f = self._canonical, self._forbidden
         asked, ys, zs = [], [], []
-        for n in np.unique(nodes[~pending]).tolist():
-            where = np.flatnonzero(nodes == n)
+        by_node: dict[int, list[int]] = {}
+        by_state: dict[int, list[int]] = {}
+        for i in np.flatnonzero(~pending).tolist():
+            n, q = int(nodes[i]), int(qs[i])
+            if n not in self._candidates and len(self._row(q)[0]) <= _SHORT_ROW:
+                by_state.setdefault(q, []).append(i)
+            else:
+                by_node.setdefault(n, []).append(i)
+        for q, where in by_state.items():
+            tokens, targets = self._row(q)
+            alive[where] = open_settled(ctxs[where], classes[where], tokens, targets, a.inside_next, a.boundary_next,
+                                        _ANYWHERE if within is None else within, self._num_open, self._accepting,
+                                        a.context_final, self._break, f.position, f.starts, f.ends, f.offsets,
+                                        f.dense_row, f.dense)
+        for n, where in by_node.items():
             tokens, _, kind, sure, states = self._edges(n)
             if within is not None:
                 sure = sure & within[states]
@@ -480,13 +536,12 @@ class LazyGuide(Guide):
             ys.append(tokens[sure & (kind == _Y)].astype(np.int32))
             zs.append(tokens[sure & (kind == _Z)].astype(np.int32))
         if asked:
-            bounds = [np.concatenate([[0], np.cumsum([len(x) for x in parts])]).astype(np.int64)
+            bounds = [np.array([0, *itertools.accumulate(len(x) for x in parts)], dtype=np.int64)
                       for parts in (asked, ys, zs)]
-            where = np.concatenate(asked)
+            where = np.array([i for part in asked for i in part], dtype=np.int64)
             alive[where] = ~self._forbidden.dead_flags(bounds[0], classes[where], bounds[1], np.concatenate(ys),
                                                        bounds[2], np.concatenate(zs))  # (nothing to hold: dead)
-        a, f = self._canonical, self._forbidden
-        for q in np.unique(qs[pending]).tolist():
+        for q in (np.unique(qs[pending]).tolist() if pending.any() else ()):
             where = np.flatnonzero(pending & (qs == q))
             tokens, targets = self._row(q)
             if within is not None:
@@ -500,13 +555,11 @@ class LazyGuide(Guide):
     def _live_pairs(self, targets: np.ndarray, tokens: np.ndarray) -> np.ndarray:
         """bool per edge into a forced node (``targets``, node ids) by ``tokens``: whether the target is live for
         the merge class the token leaves (solved where not known yet)."""
-        if not len(targets):
-            return np.zeros(0, dtype=bool)
-        pairs, inverse = np.unique(targets * self._M + self._canonical.after_class[tokens], return_inverse=True)
-        unknown = np.array([p for p in pairs.tolist() if p not in self._live], dtype=np.int64)
-        if len(unknown):
-            self._solve_region(unknown)
-        return np.array([self._live[p] for p in pairs.tolist()], dtype=bool)[inverse.ravel()]
+        pairs = (targets * self._M + self._canonical.after_class[tokens]).tolist()
+        unknown = sorted({p for p in pairs if p not in self._live})
+        if unknown:
+            self._solve_region(np.array(unknown, dtype=np.int64))
+        return np.fromiter((self._live[p] for p in pairs), dtype=bool, count=len(pairs))
 
     def _live_rows(self, node: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """X, Y, Z of a node (ascending): its candidates whose target is live for the merge class the token
@@ -542,13 +595,9 @@ class LazyGuide(Guide):
         ``_MAX_FUTURE_STATES`` states."""
         if q not in self._futures:
             digest = None
-            order = bfs_order(self._table, q, _MAX_FUTURE_STATES)
+            order, code = reachable_code(self._table, q, _MAX_FUTURE_STATES)
             if len(order):
-                rank = np.full(len(self._table), -1, dtype=np.int64)
-                rank[order] = np.arange(len(order))
-                table = self._table[order]
-                found = hashlib.blake2b(np.where(table >= 0, rank[np.maximum(table, 0)], -1).astype(np.int32).tobytes(),
-                                        digest_size=16)
+                found = hashlib.blake2b(code.tobytes(), digest_size=16)
                 found.update(self._accepting[order].tobytes())
                 found.update(b"-" if self._exit_live is None else self._exit_live[order].tobytes())
                 digest = found.digest()
@@ -574,8 +623,9 @@ class LazyGuide(Guide):
                 if (offsets[exit_bytes + 1] - offsets[exit_bytes]).sum() <= self.vocab_size // _EXIT_TOKENS_SHARE:
                     exit_tokens = np.unique(np.concatenate([np.zeros(0, np.int64)]
                                                            + [by_byte[offsets[b]:offsets[b + 1]] for b in exit_bytes]))
-                    renumbered = np.where(table < 0, -1, np.where(leaves, -2, rank[to]))
-                    digest = hashlib.blake2b(renumbered.astype(np.int32).tobytes(), digest_size=16)
+                    rows, symbols = np.nonzero(table >= 0)  # (its edges, as (state, byte, target), -2 leaving it)
+                    targets = np.where(leaves[rows, symbols], -2, rank[to[rows, symbols]])
+                    digest = hashlib.blake2b(np.stack([rows, symbols, targets]).astype(np.int32).tobytes(), digest_size=16)
                     digest.update(self._accepting[order].tobytes())
                     digest.update(np.ascontiguousarray(self._break[order]).tobytes())
                     found = _Cycle(digest.digest(), order, rank, inside, exit_tokens)

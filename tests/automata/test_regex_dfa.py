@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from interegular.patterns import _CharGroup
 
 from automata import DFA, MISSING, Alphabet, EmptyLanguageError, RegexError, StateLimitError, from_regex
-from automata.dfa import cycle_region
+from automata.dfa import cycle_region, reachable_code
 
 PATTERNS = [
     r"(true|false)",
@@ -153,6 +153,34 @@ def test_cycle_region_is_the_strongly_connected_component(data):
         if on_cycle:
             assert found[0] == state and len(set(found.tolist())) == len(found)
             assert len(cycle_region(table, state, len(component) - 1)) == (0 if len(component) > 1 else 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data())
+def test_reachable_codes_name_automata_up_to_renumbering(data):
+    """``reachable_code``: a table with its states renumbered gives every state the same code, its order mapped; two
+    states with equal codes accept the same strings (their reachable automata are one graph); past the cap, none."""
+    n, k = data.draw(st.integers(1, 16)), data.draw(st.integers(1, 3))
+    rows = data.draw(st.lists(st.lists(st.integers(-1, n - 1), min_size=k, max_size=k), min_size=n, max_size=n))
+    table = np.array(rows, dtype=np.int32)
+    perm = np.array(data.draw(st.permutations(range(n))))
+    renumbered = np.full_like(table, -1)
+    renumbered[perm] = np.where(table >= 0, perm[np.maximum(table, 0)], -1)
+    codes = {}
+    for state in range(n):
+        order, code = reachable_code(table, state, n)
+        other_order, other_code = reachable_code(renumbered, int(perm[state]), n)
+        assert np.array_equal(code, other_code) and np.array_equal(perm[order], other_order)
+        assert order[0] == state and not len(reachable_code(table, state, len(order) - 1)[0])
+        codes.setdefault(code.tobytes(), []).append(order)
+    words = [[]] + [[a] for a in range(k)] + [[a, b] for a in range(k) for b in range(k)]
+    for orders in codes.values():  # (equal codes: the same graph, states matched by order)
+        for other in orders[1:]:
+            for w in words:
+                p, q = orders[0][0], other[0]
+                for symbol in w:
+                    p, q = (table[p, symbol], table[q, symbol]) if p >= 0 else (-1, -1)
+                assert (p < 0) == (q < 0) and (p < 0 or list(orders[0]).index(p) == list(other).index(q))
 
 
 def test_trim_removes_unreachable_and_dead_states():

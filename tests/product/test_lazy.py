@@ -39,6 +39,27 @@ def test_masks_equal_the_eager_guides_along_walks(tokenizer):
         assert len(lazy._node_rows) < max(eager.num_nodes, 12)  # (only visited nodes get rows)
 
 
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
+def test_forced_nodes_searched_from_their_edges_or_their_rows_alike(tokenizer, monkeypatch):
+    """The liveness search reads a forced node of a short row from the row itself (``node_kernels.open_settled``,
+    ``open_forced_steps``) and any other from its edges: with every node read from its edges, the masks and the
+    liveness found are the same, and both are the eager guide's."""
+    found = []
+    for short_row in (lazy_module._SHORT_ROW, 0):
+        monkeypatch.setattr(lazy_module, "_SHORT_ROW", short_row)
+        store = lazy_module._SharedRows()  # (each run its own: rows shared by the first would answer the second)
+        monkeypatch.setattr(lazy_module, "_shared_rows", lambda canonical, store=store: store)
+        rng = np.random.default_rng(7)
+        lives = []
+        for pattern in PATTERNS:
+            eager, lazy = _pair(tokenizer, pattern)
+            for _ in range(4):
+                walk_alike(eager, lazy, rng, 30)
+            lives.append({lazy._key(pair // lazy._M) + (pair % lazy._M,): live for pair, live in lazy._live.items()})
+        found.append(lives)
+    assert found[0] == found[1] and sum(map(len, found[0])) > 100
+
+
 @settings(max_examples=40, deadline=None)
 @given(_patterns(), st.sampled_from(["gpt2", "llama3"]), st.integers(0, 2**32 - 1))
 def test_random_patterns_walk_alike(pattern, tokenizer, seed):
