@@ -485,6 +485,13 @@ def _coarsest(table, block):
 def bfs_order(transitions, start, cap):
     """States in breadth-first order from ``start``, each state's successors in symbol order (reachable only); an
     empty order where more than ``cap`` states are reachable."""
+    return bfs_within(transitions, start, cap, np.zeros(0, dtype=np.bool_))
+
+
+@njit(**_KERNEL)
+def bfs_within(transitions, start, cap, within):
+    """``bfs_order`` through the states ``within`` only (bool per state; empty: every state)."""
+    anywhere = len(within) == 0
     seen = np.zeros(transitions.shape[0], dtype=np.bool_)
     order = np.empty(max(min(cap, transitions.shape[0]), 1), dtype=np.int64)
     if cap < 1:
@@ -494,7 +501,7 @@ def bfs_order(transitions, start, cap):
     head, tail = 0, 1
     while head < tail:
         for t in transitions[order[head]]:
-            if t >= 0 and not seen[t]:
+            if t >= 0 and not seen[t] and (anywhere or within[t]):
                 if tail == len(order):
                     return order[:0]
                 seen[t] = True
@@ -556,18 +563,8 @@ def cycle_region(transitions, start, cap):
     never comes back to it (``product.runtime.lazy`` shares the rows of a state by its component: a free string's
     body with its characters and escapes)."""
     n = transitions.shape[0]
-    reach = np.zeros(n, dtype=np.bool_)
-    queue = np.empty(n, dtype=np.int64)
-    queue[0] = start
-    reach[start] = True
-    head, tail = 0, 1
-    while head < tail:
-        for t in transitions[queue[head]]:
-            if t >= 0 and not reach[t]:
-                reach[t] = True
-                queue[tail] = t
-                tail += 1
-        head += 1
+    queue = bfs_order(transitions, start, n)
+    tail = len(queue)
     # the reachable states' edges reversed (CSR by target), walked back from start
     starts = np.zeros(n + 1, dtype=np.int64)
     for i in range(tail):
@@ -601,23 +598,9 @@ def cycle_region(transitions, start, cap):
     for t in transitions[start]:
         if t >= 0 and back[t]:
             on_cycle = True
-    order = np.empty(n, dtype=np.int64)
     if not on_cycle:
-        return order[:0]
-    seen = np.zeros(n, dtype=np.bool_)
-    order[0] = start
-    seen[start] = True
-    head, tail = 0, 1
-    while head < tail:
-        for t in transitions[order[head]]:
-            if t >= 0 and back[t] and not seen[t]:
-                if tail >= cap:
-                    return order[:0]
-                seen[t] = True
-                order[tail] = t
-                tail += 1
-        head += 1
-    return order[:tail]
+        return queue[:0]
+    return bfs_within(transitions, start, cap, back)
 
 
 def unique_rows(matrix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -87,6 +87,9 @@ _NARROW_ROW = 1024  # candidates at most: the row is built from the walk, not co
 # A forced node whose state reads at most ``_SHORT_ROW`` tokens is tested one step ahead from the row itself
 # (``node_kernels.open_settled``: a pass over the row per pair), not from its edges.
 _SHORT_ROW = 512
+# The liveness search looks at this many successors of an undecided pair a round (``_solve_region``): the first
+# is live for most, and a pair proven live needs no more.
+_SUCCESSORS_A_ROUND = 2
 _ANYWHERE = np.zeros(0, dtype=bool)
 
 
@@ -400,16 +403,29 @@ class LazyGuide(Guide):
     def _solve_region(self, frontier: np.ndarray) -> None:
         """Liveness of the (forced node, merge class) pairs ``frontier`` (none known yet) and of every pair they
         depend on, a least fixpoint explored on demand. Each round decides the pairs one edge into a settled node
-        keeps alive (``_alive_by_settled``: a compiled pass per regex state for the pending ones); only the rest —
-        a few per cent: a completing token is usually forbidden because the merge that makes the character one
-        token fires — have their forced edges followed, for that class, to the pairs they enter. When no new pair
-        turns up, liveness flows back from the live pairs over those edges; what it does not reach is dead."""
+        keeps alive (``_alive_by_settled``: a compiled pass per regex state); the rest have their forced edges
+        followed, for that class, to the pairs they enter (``_expand``), and the next round looks at a few of those
+        per pair (``_SUCCESSORS_A_ROUND``): one proven live makes the pair live, and liveness flows back at once to
+        the pairs that entered it, which then look no further. The search ends when no pair that is not live has a
+        successor left to look at: those pairs are dead (each of their successors was looked at and is dead or
+        not live either)."""
         if self._whole is not None:
             self._live.update(zip(frontier.tolist(), self._whole_live(frontier)))
             return
-        after, M = self._canonical.after_class, self._M
-        found: dict[int, bool] = {}
+        found: dict[int, bool] = {}  # pairs proven live in this search
         successors: dict[int, list[int]] = {}  # pairs not settled in one step -> the pairs their forced edges enter
+        looked: dict[int, int] = {}  # such a pair -> how many of its successors have been looked at
+        predecessors: dict[int, list[int]] = {}
+
+        def live(pair: int) -> None:
+            found[pair] = True
+            stack = [pair]
+            while stack:
+                for entering in predecessors.get(stack.pop(), ()):
+                    if not found.get(entering, False):
+                        found[entering] = True
+                        stack.append(entering)
+
         while len(frontier):
             if len(successors) > _MAX_REGION:  # nothing settles this region: the whole product answers instead
                 self._compile_whole()
@@ -417,40 +433,47 @@ class LazyGuide(Guide):
                 self._live.update(zip(asked.tolist(), self._whole_live(asked)))
                 return
             alive = self._alive_by_settled(frontier)
-            found.update(dict.fromkeys(frontier[alive].tolist(), True))
-            undecided = frontier[~alive]
-            unbuilt = sorted({n for n in (undecided // M).tolist()
-                              if n not in self._candidates and self._key(n)[1] >= self._num_open})
-            if unbuilt:
-                self._build_pending(unbuilt)
-            entering: set[int] = set()
-            stepped = self._open_steps(undecided)
-            for pair in undecided.tolist():
-                nexts = stepped.get(pair)
-                if nexts is None:
-                    n, c = divmod(pair, M)
-                    tokens, targets, kind, settled, _ = self._edges(n)
-                    forced = ~settled
-                    tokens, targets, kind = tokens[forced], targets[forced], kind[forced]
-                    allowed = (kind == _X) | ((kind == _Y) != self._canonical.forbids(c, tokens))
-                    nexts = (targets[allowed] * M + after[tokens[allowed]]).tolist()
-                successors[pair] = nexts
-                entering.update(nexts)
-            frontier = np.array([p for p in entering if p not in self._live and p not in found and p not in successors],
-                                dtype=np.int64)
-        predecessors: dict[int, list[int]] = {}
-        for pair, nexts in successors.items():
-            for p in nexts:
-                predecessors.setdefault(p, []).append(pair)
-        stack = [p for p in predecessors if found.get(p, self._live.get(p, False))]
-        while stack:
-            for pair in predecessors.get(stack.pop(), ()):
-                if not found.get(pair, False):
-                    found[pair] = True
-                    stack.append(pair)
+            for pair in frontier[alive].tolist():
+                live(pair)
+            undecided = np.array([p for p in frontier[~alive].tolist() if not found.get(p, False)], dtype=np.int64)
+            successors.update(self._expand(undecided))
+            looked.update(dict.fromkeys(undecided.tolist(), 0))
+            # the next pairs to look at: up to _SUCCESSORS_A_ROUND new ones of each pair not live yet
+            queued: set[int] = set()
+            for pair in [p for p, k in looked.items() if not found.get(p, False) and k < len(successors[p])]:
+                nexts, k, taken = successors[pair], looked[pair], 0
+                while k < len(nexts) and taken < _SUCCESSORS_A_ROUND and not found.get(pair, False):
+                    after = nexts[k]
+                    k += 1
+                    predecessors.setdefault(after, []).append(pair)
+                    if found.get(after, False) or self._live.get(after, False):
+                        live(pair)
+                    elif after not in self._live and after not in successors and after not in queued:
+                        queued.add(after)
+                        taken += 1
+                looked[pair] = len(nexts) if found.get(pair, False) else k
+            frontier = np.array(sorted(queued), dtype=np.int64)
         for pair in successors:
             found.setdefault(pair, False)
         self._live.update(found)
+
+    def _expand(self, pairs: np.ndarray) -> dict[int, list[int]]:
+        """The pairs the allowed edges into forced nodes enter, for each of ``pairs``."""
+        after, M = self._canonical.after_class, self._M
+        unbuilt = sorted({n for n in (pairs // M).tolist()
+                          if n not in self._candidates and self._key(n)[1] >= self._num_open})
+        if unbuilt:
+            self._build_pending(unbuilt)
+        out = self._open_steps(pairs)
+        for pair in pairs.tolist():
+            if pair not in out:
+                n, c = divmod(pair, M)
+                tokens, targets, kind, settled, _ = self._edges(n)
+                forced = ~settled
+                tokens, targets, kind = tokens[forced], targets[forced], kind[forced]
+                allowed = (kind == _X) | ((kind == _Y) != self._canonical.forbids(c, tokens))
+                out[pair] = (targets[allowed] * M + after[tokens[allowed]]).tolist()
+        return out
 
     def _open_steps(self, pairs: np.ndarray) -> dict[int, list[int]]:
         """The pairs the allowed edges into forced nodes enter, for the (open node, merge class) pairs among
