@@ -57,6 +57,12 @@ class VocabularyTrie:
         once per lazy row otherwise)."""
         return int(self.node_depth.max()) if len(self.node_depth) else 0
 
+    @cached_property
+    def subtree_bytes(self) -> np.ndarray:
+        """uint64 [nodes, 4]: the bytes spelled anywhere in node g's subtree, g's own included, as 256 bits (a walk
+        in a state that loops on all of them reads the whole subtree back into that state: ``state_row``)."""
+        return _subtree_bytes(self.node_byte, self.subtree_end)
+
     @staticmethod
     def build(token_bytes: list[bytes | None]) -> "VocabularyTrie":
         ids = np.array([i for i, b in enumerate(token_bytes) if b], dtype=np.int64)
@@ -258,7 +264,8 @@ class TokenTransitions:
             if built is not None:
                 return built
         walk = (table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo,
-                trie.node_tokens, members, member_bounds, trie_vocab)
+                trie.node_tokens, members, member_bounds, trie_vocab,
+                trie.subtree_bytes if len(members) == 0 else np.zeros((0, 4), dtype=np.uint64))
         # Most constraints' rows fit in a few vocabularies' worth of entries: one pass fills arrays of that size.
         # When they outgrow it, the walk stops before the row that did not fit, counts the rest, and fills
         # exact-size arrays from there. (Counting everything first cost a second walk: 1 of 3.5 ms on GPT-2's
@@ -299,7 +306,8 @@ class TokenTransitions:
         segment_child, segment_state = np.divmod(distinct, num_states)
         segment_offsets, segment_tokens, segment_targets = _walk_segments(
             table, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo, trie.node_tokens, members,
-            member_bounds, children[segment_child], segment_state, vocab_size, max_entries)
+            member_bounds, children[segment_child], segment_state, vocab_size, max_entries,
+            trie.subtree_bytes if len(members) == 0 else np.zeros((0, 4), dtype=np.uint64))
         if segment_offsets[-1] > max_entries:
             raise StateLimitError(f"more than max_transitions={max_entries} token transitions "
                                   f"({num_states} regex states)")
@@ -333,15 +341,17 @@ _MIN_SEGMENT_SHARING = 2  # ... and every segment serves this many (state, subtr
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def _walk_segments(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, members, member_bounds,
-                   segment_node, segment_state, vocab_size, max_entries):
+                   segment_node, segment_state, vocab_size, max_entries, subtree_bytes):
     """Segment k: the tokens of the subtree under the depth-1 node ``segment_node[k]``, read from the state
     ``segment_state[k]`` that node's symbol leads to, with the states they reach, in trie order. Returns
     (offsets, tokens, targets), segment k being ``offsets[k]:offsets[k + 1]``; the outputs grow by doubling. Stops
-    once past ``max_entries`` (the last offset then says so)."""
-    capacity = max(1024, 2 * vocab_size)
-    tokens, targets = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
+    once past ``max_entries`` (the last offset then says so). A subtree below the top read back into the state it
+    is entered from, every byte looping there, is taken whole (``_walk``)."""
+    tokens, targets = np.empty(max(1024, 2 * vocab_size), np.int32), np.empty(max(1024, 2 * vocab_size), np.int32)
     offsets = np.zeros(len(segment_node) + 1, dtype=np.int64)
     state_at = np.empty(int(node_depth.max()) + 1, dtype=np.int64)
+    loops = np.zeros((table.shape[0], 4), dtype=np.uint64)
+    known = np.zeros(table.shape[0], dtype=np.bool_)
     count = 0
     for k in range(len(segment_node)):
         top = segment_node[k]
@@ -353,17 +363,22 @@ def _walk_segments(table, node_depth, node_byte, subtree_end, token_lo, node_tok
             if state < 0:
                 node = subtree_end[node]
                 continue
+            if node != top and len(subtree_bytes) and state == state_at[depth - 1] and _loops_over(
+                    table, state, loops, known, subtree_bytes[node]):
+                last = subtree_end[node]
+                tokens, targets = _room(tokens, targets, count, token_lo[last] - token_lo[node])
+                for j in range(token_lo[node], token_lo[last]):
+                    tokens[count], targets[count] = node_tokens[j], state
+                    count += 1
+                node = last
+                continue
             state_at[depth] = state
             for j in range(token_lo[node], token_lo[node + 1]):
                 if len(members) == 0:  # the trie's tokens are the tokens
                     lo, hi, direct = 0, 1, True
                 else:
                     lo, hi, direct = member_bounds[node_tokens[j]], member_bounds[node_tokens[j] + 1], False
-                if count + (hi - lo) > capacity:
-                    capacity = 2 * capacity + (hi - lo)
-                    grown_tokens, grown_targets = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
-                    grown_tokens[:count], grown_targets[:count] = tokens[:count], targets[:count]
-                    tokens, targets = grown_tokens, grown_targets
+                tokens, targets = _room(tokens, targets, count, hi - lo)
                 for m in range(lo, hi):
                     tokens[count] = node_tokens[j] if direct else members[m]
                     targets[count] = state
@@ -524,23 +539,38 @@ def state_row(table: np.ndarray, trie: VocabularyTrie, state: int) -> tuple[np.n
     whole, in one compiled call (a literal's state reads a few tokens, and ``GrowingRow``'s setup was two thirds of
     its ~40 µs)."""
     tokens, targets, count = _state_row(table, state, trie.node_depth, trie.node_byte, trie.subtree_end, trie.token_lo,
-                                        trie.node_tokens, trie.max_depth, trie.vocab_size)
+                                        trie.node_tokens, trie.max_depth, trie.vocab_size, trie.subtree_bytes)
     if 2 * count < len(tokens):  # (a short row does not hold the vocabulary-sized buffers: ``GrowingRow.step``)
         return tokens[:count].copy(), targets[:count].copy()
     return tokens[:count], targets[:count]
 
 
 @njit(cache=True, nogil=True, boundscheck=False)
-def _state_row(table, state, node_depth, node_byte, subtree_end, token_lo, node_tokens, max_depth, vocab_size):
+def _state_row(table, state, node_depth, node_byte, subtree_end, token_lo, node_tokens, max_depth, vocab_size,
+               subtree_bytes):
+    """``state_row``'s walk. A node whose byte loops on the state it is read in, and whose whole subtree spells only
+    bytes looping there (``subtree_bytes``), hands its subtree's tokens to that state without walking it: a free
+    string's body reads most of the vocabulary so (its ASCII tokens; a character of several bytes goes through
+    states of its own), a third of the trie's nodes instead of all of them."""
     state_at = np.empty(max_depth + 1, dtype=np.int64)
     state_at[0] = state
     tokens, targets = np.empty(vocab_size, dtype=np.int32), np.empty(vocab_size, dtype=np.int32)
+    loops = np.zeros((table.shape[0], 4), dtype=np.uint64)  # per state: the bytes that lead back to it
+    known = np.zeros(table.shape[0], dtype=np.bool_)
     count, node = 0, 1
     while node < len(node_byte):
         depth = node_depth[node]
-        reached = table[state_at[depth - 1], node_byte[node]]
+        source = state_at[depth - 1]
+        reached = table[source, node_byte[node]]
         if reached < 0:
             node = subtree_end[node]
+            continue
+        if reached == source and _loops_over(table, source, loops, known, subtree_bytes[node]):
+            end = subtree_end[node]
+            for k in range(token_lo[node], token_lo[end]):
+                tokens[count], targets[count] = node_tokens[k], source
+                count += 1
+            node = end
             continue
         state_at[depth] = reached
         for k in range(token_lo[node], token_lo[node + 1]):
@@ -665,7 +695,7 @@ def _walk_checked(walk: tuple, origin: int, count_only: bool, max_entries: int, 
 
 @njit(cache=True, nogil=True, boundscheck=False)
 def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, members, member_bounds, vocab_size,
-          first_origin, end_origin, count_only, max_entries, offsets, tokens, targets):
+          subtree_bytes, first_origin, end_origin, count_only, max_entries, offsets, tokens, targets):
     """Walk the preorder trie from the states ``first_origin..end_origin - 1`` of ``table`` (states x symbols): write the tokens
     readable from each state and the states they reach as row ``offsets[q]:offsets[q + 1]`` of
     ``tokens``/``targets``, sorted by token (``offsets[first_origin]`` must be set), stopping before the first row
@@ -673,7 +703,8 @@ def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, memb
     it stopped at (``end_origin``: all done). One forward scan per origin: a live node records its state at its
     depth (its descendants read their parent's there), a dead one skips its subtree. The tokens of a trie of byte
     classes are representatives, each standing for ``members[member_bounds[r]:member_bounds[r + 1]]``
-    (``members`` is empty for a trie of bytes).
+    (``members`` is empty for a trie of bytes). A subtree read back into the state it is entered from, every byte
+    of it looping there (``subtree_bytes``, of a byte trie; empty: none known), is taken whole (``_state_row``).
 
     Rows come out in trie order and are sorted in place (``_sort_row``): sorting all (origin, token, target) keys
     at the end cost more than the walk. Growing the outputs token by token inside the loop made the JSON object's
@@ -684,15 +715,30 @@ def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, memb
     target_of = np.empty(vocab_size, dtype=np.int32)
     count = offsets[first_origin]
     n = len(node_byte)
+    loops = np.zeros((table.shape[0], 4), dtype=np.uint64)  # per state: the bytes that lead back to it
+    known = np.zeros(table.shape[0], dtype=np.bool_)
     for origin in range(first_origin, end_origin):
         start = count
         state_at[0] = origin
         node = 1
         while node < n:
             depth = node_depth[node]
-            state = table[state_at[depth - 1], node_byte[node]]
+            source = state_at[depth - 1]
+            state = table[source, node_byte[node]]
             if state < 0:
                 node = subtree_end[node]
+                continue
+            if state == source and len(subtree_bytes) and _loops_over(table, source, loops, known, subtree_bytes[node]):
+                end = subtree_end[node]
+                if count + token_lo[end] - token_lo[node] > capacity:
+                    return origin
+                if count_only:
+                    count += token_lo[end] - token_lo[node]
+                else:
+                    for k in range(token_lo[node], token_lo[end]):
+                        tokens[count], targets[count] = node_tokens[k], state
+                        count += 1
+                node = end
                 continue
             state_at[depth] = state
             if len(members) == 0:  # the trie's tokens are the tokens
@@ -720,6 +766,48 @@ def _walk(table, node_depth, node_byte, subtree_end, token_lo, node_tokens, memb
             _sort_row(tokens, targets, start, count, seen, target_of, table.shape[0])
         offsets[origin + 1] = count
     return end_origin
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _room(tokens, targets, count, more):
+    """``tokens``, ``targets`` (their first ``count`` entries kept) with room for ``more`` past them: grown to twice
+    their size and more where they are full."""
+    if count + more <= len(tokens):
+        return tokens, targets
+    capacity = 2 * len(tokens) + more
+    grown_tokens, grown_targets = np.empty(capacity, np.int32), np.empty(capacity, np.int32)
+    grown_tokens[:count], grown_targets[:count] = tokens[:count], targets[:count]
+    return grown_tokens, grown_targets
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _loops_over(table, state, loops, known, spelled):
+    """Whether every byte of ``spelled`` (256 bits) leads ``state`` back to itself; ``loops[state]`` filled on the
+    state's first question (``known``)."""
+    if not known[state]:
+        for b in range(table.shape[1]):
+            if table[state, b] == state:
+                loops[state, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+        known[state] = True
+    for w in range(4):
+        if spelled[w] & ~loops[state, w]:
+            return False
+    return True
+
+
+@njit(cache=True, nogil=True, boundscheck=False)
+def _subtree_bytes(node_byte, subtree_end):
+    n = len(node_byte)
+    bits = np.zeros((n, 4), dtype=np.uint64)
+    for g in range(n - 1, 0, -1):  # (children come after their parent in preorder: done before it)
+        b = node_byte[g]
+        bits[g, b >> 6] |= np.uint64(1) << np.uint64(b & 63)
+        child = g + 1
+        while child < subtree_end[g]:
+            for w in range(4):
+                bits[g, w] |= bits[child, w]
+            child = subtree_end[child]
+    return bits
 
 
 @njit(cache=True, nogil=True, boundscheck=False)

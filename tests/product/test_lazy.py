@@ -387,6 +387,37 @@ def test_a_short_row_holds_only_its_own_entries():
 
 
 @pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
+@pytest.mark.parametrize("walk", ["segments", "per state"])
+def test_rows_are_each_tokens_bytes_read_through_the_table(tokenizer, walk, monkeypatch):
+    """The trie walks (``state_row``; ``TokenTransitions.build`` by segments or state by state), which take a subtree
+    whole where every byte of it loops back to the state it is read in, against every token's bytes run through the
+    table one by one (``node_kernels.read_tokens``)."""
+    import product.compiler.token_regex as token_regex
+    from product.compiler.node_kernels import read_tokens
+
+    if walk == "per state":
+        monkeypatch.setattr(token_regex, "_MAX_SEGMENT_TABLE", 0)
+    canonical = automaton_of(tokenizer)
+    trie = vocabulary_trie(canonical)
+    every = np.arange(canonical.vocab_size, dtype=np.int64)
+    for pattern in [r'"([^"\\]|\\["\\/bfnrt])*"', r"[a-z ]*x", r"(ab|[^b\n])*c", "[\u00e0-\u00ff a-z]+!", r"[0-9]{1,3}"]:
+        dfa = from_regex(pattern)
+        table = np.ascontiguousarray(dfa.transitions)
+        eager = TokenTransitions.build(dfa, trie)
+        looped = 0
+        for state in range(dfa.num_states):
+            reached = read_tokens(table, state, every, canonical.token_blob, canonical.token_offsets)
+            expected = np.flatnonzero(canonical.token_has_bytes & (reached >= 0))
+            tokens, targets = state_row(table, trie, state)
+            assert np.array_equal(tokens, expected) and np.array_equal(targets, reached[expected]), (pattern, state)
+            lo, hi = eager.offsets[state], eager.offsets[state + 1]
+            assert np.array_equal(eager.tokens[lo:hi], expected) and np.array_equal(eager.targets[lo:hi],
+                                                                                      reached[expected])
+            looped += int((reached[expected] == state).sum())
+        assert looped > 1000 or pattern == r"[0-9]{1,3}"  # (the loops are taken: most of a free text's tokens)
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
 def test_nodes_with_one_future_share_their_rows_across_guides(tokenizer, monkeypatch):
     """A free string's body followed by the same closing has the same rows whatever came before it
     (``_SharedRows``): a second guide takes them instead of building them, and its masks are still the eager
