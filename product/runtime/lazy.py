@@ -13,8 +13,8 @@ liveness over all of them before the first mask; a generation visits about 1 % o
   (``product.compiler.boundaries.break_possible``), is *settled*: live in every merge class. The others are
   *forced* — the text must go on inside the current piece (the rest of a literal, an unfinished character) — and
   are decided by a least fixpoint explored on demand (``_solve_region``): most (forced node, class) pairs have an
-  allowed edge into a settled node (one compiled pass over the pending ones, ``node_kernels.pending_settled``),
-  and only the others are followed further;
+  allowed edge into a settled node (one compiled pass per regex state over its row, ``node_kernels.pending_settled``
+  and ``open_settled``), and only the others are followed further, a few successors a round, until one is live;
 - ``mask(node, mc) = X | (Y & ~F[mc]) | (Z & F[mc])`` (+ EOS where the text may end): the node's rows stored as the
   eager guide stores them (few class-dependent tokens as arrays, many packed: ``CompiledGuide._store_rows``) and the
   mask filled by the same compiled kernel (``product.runtime.kernels.cpu.fill_mask``) into ``Guide``'s mask cache.
