@@ -87,8 +87,8 @@ _NARROW_ROW = 1024  # candidates at most: the row is built from the walk, not co
 # A forced node whose state reads at most ``_SHORT_ROW`` tokens is tested one step ahead from the row itself
 # (``node_kernels.open_settled``: a pass over the row per pair), not from its edges.
 _SHORT_ROW = 512
-# The liveness search looks at this many successors of an undecided pair a round (``_solve_region``): the first
-# is live for most, and a pair proven live needs no more.
+# The liveness search looks at this many successors of an undecided pair in its first round, twice as many the next
+# (``_solve_region``): the first is live for most, and a pair proven live needs no more.
 _SUCCESSORS_A_ROUND = 2
 _ANYWHERE = np.zeros(0, dtype=bool)
 
@@ -405,10 +405,10 @@ class LazyGuide(Guide):
         depend on, a least fixpoint explored on demand. Each round decides the pairs one edge into a settled node
         keeps alive (``_alive_by_settled``: a compiled pass per regex state); the rest have their forced edges
         followed, for that class, to the pairs they enter (``_expand``), and the next round looks at a few of those
-        per pair (``_SUCCESSORS_A_ROUND``): one proven live makes the pair live, and liveness flows back at once to
-        the pairs that entered it, which then look no further. The search ends when no pair that is not live has a
-        successor left to look at: those pairs are dead (each of their successors was looked at and is dead or
-        not live either)."""
+        per pair (``_SUCCESSORS_A_ROUND``, doubling each round): one proven live makes the pair live, and liveness
+        flows back at once to the pairs that entered it, which then look no further. The search ends when no pair
+        that is not live has a successor left to look at: those pairs are dead (each of their successors was looked
+        at and is dead or not live either)."""
         if self._whole is not None:
             self._live.update(zip(frontier.tolist(), self._whole_live(frontier)))
             return
@@ -438,11 +438,13 @@ class LazyGuide(Guide):
             undecided = np.array([p for p in frontier[~alive].tolist() if not found.get(p, False)], dtype=np.int64)
             successors.update(self._expand(undecided))
             looked.update(dict.fromkeys(undecided.tolist(), 0))
-            # the next pairs to look at: up to _SUCCESSORS_A_ROUND new ones of each pair not live yet
+            # the next pairs to look at: of each pair not live yet, as many new ones as it has looked at already
+            # (_SUCCESSORS_A_ROUND at first), so that a dead pair's successors take a few rounds, not one a round each
             queued: set[int] = set()
             for pair in [p for p, k in looked.items() if not found.get(p, False) and k < len(successors[p])]:
                 nexts, k, taken = successors[pair], looked[pair], 0
-                while k < len(nexts) and taken < _SUCCESSORS_A_ROUND and not found.get(pair, False):
+                allowance = max(_SUCCESSORS_A_ROUND, k)
+                while k < len(nexts) and taken < allowance and not found.get(pair, False):
                     after = nexts[k]
                     k += 1
                     predecessors.setdefault(after, []).append(pair)
