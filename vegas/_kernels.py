@@ -35,6 +35,7 @@ __all__ = ["kernels_ready", "warm_kernels"]
 
 _PACKAGES = ("automata", "bpe", "product", "vegas")
 _WARM_REGEX = r"[a-z]{1,12}(, [0-9]{1,3})*\."
+_WARM_STRING = r'"([^"\\]|\\["\\n])*"\.'  # (its body reads most of the vocabulary: the lazy cycle kernels)
 _WARM_SCHEMA = {  # small, but with every kind of fragment: literals, an enum, numbers, strings, an array, free keys
     "type": "object",
     "properties": {
@@ -75,8 +76,10 @@ def warm_kernels(canonical) -> None:
     guides = [product.compile_regex(_WARM_REGEX, canonical)]
     guides += [compile_schema(_WARM_SCHEMA, canonical, style=style, library_dir=False)
                for style in ("json", "yaml")]
-    # the lazy construction's own kernels (the boundary test, first visits, the forced search, fragments entered)
+    # the lazy construction's own kernels (the boundary test, first visits, the forced search, fragments entered, a
+    # free string's body shared by its cycle)
     guides += [product.compile_regex(_WARM_REGEX, canonical, lazy=True),
+               product.compile_regex(_WARM_STRING, canonical, lazy=True),
                compile_schema(_WARM_SCHEMA, canonical, library_dir=False, lazy=True)]
     for guide in guides:
         bitmask = torch.zeros((1, guide.num_words), dtype=torch.int32)
