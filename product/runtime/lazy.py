@@ -477,6 +477,11 @@ class LazyGuide(Guide):
                 out[pair] = (targets[allowed] * M + after[tokens[allowed]]).tolist()
         return out
 
+    def _read_from_row(self, node: int, q: int) -> bool:
+        """Whether the liveness search reads the open node (state ``q``) from its state's row, one compiled pass
+        per state (``open_settled``, ``open_forced_steps``), rather than from its edges: a short row, no edges built."""
+        return node not in self._candidates and len(self._row(q)[0]) <= _SHORT_ROW
+
     def _open_steps(self, pairs: np.ndarray) -> dict[int, list[int]]:
         """The pairs the allowed edges into forced nodes enter, for the (open node, merge class) pairs among
         ``pairs`` whose node has a short row and no edges built: from the row, one compiled pass per regex state
@@ -485,7 +490,7 @@ class LazyGuide(Guide):
         qs, ctxs = np.divmod(self._nodes.keys[nodes], self._C)
         by_state: dict[int, list[int]] = {}
         for i, (n, q, ctx) in enumerate(zip(nodes.tolist(), qs.tolist(), ctxs.tolist())):
-            if ctx < self._num_open and n not in self._candidates and len(self._row(q)[0]) <= _SHORT_ROW:
+            if ctx < self._num_open and self._read_from_row(n, q):
                 by_state.setdefault(q, []).append(i)
         a, f = self._canonical, self._forbidden
         out: dict[int, list[int]] = {}
@@ -540,7 +545,7 @@ class LazyGuide(Guide):
         by_state: dict[int, list[int]] = {}
         for i in np.flatnonzero(~pending).tolist():
             n, q = int(nodes[i]), int(qs[i])
-            if n not in self._candidates and len(self._row(q)[0]) <= _SHORT_ROW:
+            if self._read_from_row(n, q):
                 by_state.setdefault(q, []).append(i)
             else:
                 by_node.setdefault(n, []).append(i)
