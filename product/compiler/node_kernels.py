@@ -521,14 +521,25 @@ def read_tokens(table, state, tokens, token_blob, token_offsets):
     return out
 
 
+@njit(inline="always")
+def allowed_context(inside, boundary, c, t, position, starts, ends, offsets, dense_row, dense):
+    """The context an open node's token ``t`` is allowed into after merge class ``c`` (-1: none), given its
+    ``inside`` and ``boundary`` next contexts (-1 where none): inside the piece (Y) iff not forbidden, a boundary
+    only (X) always, the boundary of a token that may continue the piece (Z) iff forbidden."""
+    if inside < 0:
+        return boundary
+    if forbids(c, t, position, starts, ends, offsets, dense_row, dense):
+        return boundary
+    return inside
+
+
 @njit(**_KERNEL)
 def open_settled(contexts, classes, row_tokens, row_targets, inside_next, boundary_next, within, num_open, accepting,
                  context_final, break_possible, position, starts, ends, offsets, dense_row, dense):
     """For pairs i of one regex state (row ``row_tokens`` -> ``row_targets``), each an open context ``contexts[i]``
-    and a merge class ``classes[i]``: whether some token the state reads, allowed after the class, reaches a
-    settled node (``settled``) whose regex state is ``within`` (bool per state; empty: any) — a token only a boundary
-    may precede (X), one inside the piece not forbidden (Y), or one forbidden that a boundary may precede, to its
-    boundary context (Z). A lazy guide's one-step liveness of the forced nodes of a literal, without their edges
+    and a merge class ``classes[i]``: whether some token the state reads, allowed after the class
+    (``allowed_context``), reaches a settled node (``settled``) whose regex state is ``within`` (bool per state;
+    empty: any). A lazy guide's one-step liveness of the forced nodes of a literal, without their edges
     (``open_edges``) built. (True: the pair is live. False: only the forced targets can make it live.)"""
     alive = np.zeros(len(contexts), dtype=np.bool_)
     anywhere = len(within) == 0
@@ -539,18 +550,9 @@ def open_settled(contexts, classes, row_tokens, row_targets, inside_next, bounda
             if not anywhere and not within[q]:
                 continue
             t = row_tokens[a]
-            inside, boundary = inside_next[ctx, t], boundary_next[ctx, t]
-            if inside < 0:
-                if boundary >= 0 and settled(q, boundary, accepting, context_final, break_possible, num_open):
-                    alive[i] = True
-                    break
-                continue
-            if settled(q, inside, accepting, context_final, break_possible, num_open) and not forbids(
-                    c, t, position, starts, ends, offsets, dense_row, dense):
-                alive[i] = True
-                break
-            if boundary >= 0 and settled(q, boundary, accepting, context_final, break_possible, num_open) and forbids(
-                    c, t, position, starts, ends, offsets, dense_row, dense):
+            target = allowed_context(inside_next[ctx, t], boundary_next[ctx, t], c, t, position, starts, ends,
+                                     offsets, dense_row, dense)
+            if target >= 0 and settled(q, target, accepting, context_final, break_possible, num_open):
                 alive[i] = True
                 break
     return alive
@@ -572,13 +574,8 @@ def open_forced_steps(contexts, classes, row_tokens, row_targets, inside_next, b
         ctx, c = contexts[i], classes[i]
         for a in range(len(row_tokens)):
             t, q = row_tokens[a], row_targets[a]
-            inside, boundary = inside_next[ctx, t], boundary_next[ctx, t]
-            if inside < 0 and boundary < 0:
-                continue
-            forbidden = inside >= 0 and forbids(c, t, position, starts, ends, offsets, dense_row, dense)
-            # Y (inside the piece) iff not forbidden; X (a boundary only) always; Z (the boundary of a token that
-            # may continue the piece) iff forbidden
-            target = inside if inside >= 0 and not forbidden else (boundary if inside < 0 or forbidden else -1)
+            target = allowed_context(inside_next[ctx, t], boundary_next[ctx, t], c, t, position, starts, ends,
+                                     offsets, dense_row, dense)
             if target < 0 or settled(q, target, accepting, context_final, break_possible, num_open):
                 continue
             if size == len(keys):
