@@ -68,7 +68,7 @@ import numpy as np
 from automata import MISSING, EmptyLanguageError
 from automata.budget import CompileBudget, checkpoint, running
 from automata.dfa import DFA
-from automata.errors import CanonmergeError
+from automata.errors import CanonmergeError, StateLimitError
 from automata.regex import from_regex_exits
 from bpe.automaton import CanonicalAutomaton, DisallowedTokenError
 from product.compiler.boundaries import universal_states
@@ -358,7 +358,8 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
                       lazy: bool = False, exits_dfa=None) -> Fragment:
     start = time.perf_counter()
     counted_regex = any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex))
-    if lazy and canonical_only and not counted_regex and LazyGuide.helps(canonical):
+    lazy = lazy and canonical_only and LazyGuide.helps(canonical)
+    if lazy and not counted_regex:
         return _compile_lazy_fragment(regex, entry_context, dead_exits, canonical, eos, exits_dfa(regex), start)
     trie = vocabulary_trie(canonical)
     num_contexts = canonical.num_contexts if canonical_only else 1
@@ -377,6 +378,14 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
             guide = CountedGuide(counted, canonical, exit_live=exit_live, **options)
             if guide.horizon is None:  # no budget horizon passed the exactness check: unrolled, as any other
                 guide = None
+    if guide is None and lazy:
+        # a counted repetition the counter does not carry (a length-bounded format: each length its own copy of
+        # the pattern) is built as the walk goes rather than unrolled over the whole vocabulary (a URI of at most
+        # 255 characters on Llama-3: 765 states, 27M token transitions, 4.3 s)
+        try:
+            return _compile_lazy_fragment(regex, entry_context, dead_exits, canonical, eos, exits_dfa(regex), start)
+        except StateLimitError:
+            pass
     if guide is None:
         dfa, exit_of, exit_sets = from_regex_exits(regex, max_states=max_states)
         ends, exit_live = _exit_tables(exit_of, exit_sets, (dfa.transitions != MISSING).any(axis=1), dead_exits,
