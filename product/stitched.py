@@ -158,6 +158,7 @@ class FragmentLibrary:
         self._dead: set[tuple] = set()  # fragments with no live text (EmptyLanguageError), remembered
         self._soft: dict[str, set[int]] = {}  # fragment regexes found to have soft exits
         self._dfas: "OrderedDict[str, _ExitsDFA]" = OrderedDict()  # lazy fragments' DFAs, by regex
+        self._uncounted: set[str] = set()  # regexes with counted loops no counter carries (``_compile_fragment``)
         self._max_dfa_states = 100_000
         self._lock = threading.Lock()
 
@@ -193,7 +194,8 @@ class FragmentLibrary:
                 fragment = _compile_fragment(regex, entry_context, dead_exits, self.canonical,
                                              canonical_only=canonical_only, eos=eos, max_states=max_states,
                                              max_transitions=max_transitions, lazy=lazy,
-                                             exits_dfa=self._exits_dfa if lazy else None)
+                                             exits_dfa=self._exits_dfa if lazy else None,
+                                             uncounted=self._uncounted)
             except _SoftExits as soft:
                 if store is not None:
                     store.keep_outcome(self.canonical, "soft", regex, key[1:], tuple(soft.exits))
@@ -251,6 +253,7 @@ class FragmentLibrary:
             self._dead.clear()
             self._soft.clear()
             self._dfas.clear()
+            self._uncounted.clear()
             self._bytes = 0
 
     @property
@@ -355,7 +358,10 @@ class _ExitsDFA(NamedTuple):
 
 def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, canonical: CanonicalAutomaton, *,
                       canonical_only: bool, eos: tuple[int, ...], max_states: int, max_transitions: int,
-                      lazy: bool = False, exits_dfa=None) -> Fragment:
+                      lazy: bool = False, exits_dfa=None, uncounted: set | None = None) -> Fragment:
+    """``uncounted``: regexes whose counted construction was found not to apply (a property of the regex: not
+    tried again for its other entry contexts and dead exits, 0.2-0.3 s each for a bounded URI); this one is added
+    where it does not."""
     start = time.perf_counter()
     counted_regex = any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex))
     lazy = lazy and canonical_only and LazyGuide.helps(canonical)
@@ -368,9 +374,11 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
     options = dict(canonical_only=canonical_only, max_states=max_states, cache_size=1, name="fragment",
                    eos_token_ids=list(eos), start_context=entry_context)
     guide = None
-    if counted_regex:
+    if counted_regex and (uncounted is None or regex not in uncounted):
         # a counted repetition: compiled with a counter beside the state (``product.counted``) where that applies
         counted = counted_transitions(regex, trie, max_states=max_states, max_entries=max_transitions, exits=True)
+        if counted is None and uncounted is not None:
+            uncounted.add(regex)
         if counted is not None:
             exit_of, exit_sets = counted.exit_of, counted.exit_sets
             ends, exit_live = _exit_tables(exit_of, exit_sets, counted.goes_on, dead_exits, num_contexts)
