@@ -37,7 +37,8 @@ from numba.core import event as numba_event
 from automata.errors import CanonmergeError
 
 __all__ = ["CompileBudget", "CompileBudgetError", "CompileTimeoutError", "CompileMemoryError",
-           "CompileCancelledError", "checkpoint", "DEFAULT_SECONDS", "DEFAULT_MEMORY_BYTES", "MEMORY_INTERVAL"]
+           "CompileCancelledError", "checkpoint", "current_budget", "DEFAULT_SECONDS", "DEFAULT_MEMORY_BYTES",
+           "MEMORY_INTERVAL"]
 
 # Defaults a server can live with: a request waits at most half a minute for its guide, and a compile does not grow
 # the process by more than 4 GiB. Warm compiles take milliseconds and cold ones of large real schemas a few seconds
@@ -151,6 +152,10 @@ class CompileBudget:
     def __repr__(self) -> str:
         return f"CompileBudget(seconds={self.seconds!r}, memory_bytes={self.memory_bytes!r})"
 
+    def __reduce__(self):
+        """A copy (a guide pickled to a worker process) has the same limits and a cancel switch of its own."""
+        return CompileBudget, (self.seconds, self.memory_bytes)
+
     def cancel(self) -> None:
         """Stop the compiles running under this budget (at their next check: milliseconds), and any started
         under it later."""
@@ -221,6 +226,13 @@ def checkpoint() -> None:
     run = _RUN.get()
     if run is not None:
         run.check()
+
+
+def current_budget() -> CompileBudget | None:
+    """The budget of the innermost compile running in this context (None outside any): what a lazily built guide
+    keeps, so that the fragments its walks enter later are compiled under the same limits and cancel switch."""
+    run = _RUN.get()
+    return None if run is None else run.budget
 
 
 def running(budget: CompileBudget | None):

@@ -66,7 +66,7 @@ from typing import NamedTuple
 import numpy as np
 
 from automata import MISSING, EmptyLanguageError
-from automata.budget import CompileBudget, checkpoint, running
+from automata.budget import CompileBudget, checkpoint, current_budget, running
 from automata.dfa import DFA
 from automata.errors import CanonmergeError, StateLimitError
 from automata.regex import from_regex_exits
@@ -564,6 +564,8 @@ class _Linker:
         self.predecessors: dict[tuple, set] = {}
         self.written_out: set[tuple] = set()  # choices of keys written out (their free key's successor died)
         self.handed_out: set[tuple] = set()  # instances the stitched guide holds: never built again
+        # the compile's budget: an instance a walk enters later is built under the same limits and cancel switch
+        self.budget = current_budget()
 
     def _options(self) -> dict:
         return dict(canonical_only=self.canonical_only, eos=self.eos, max_states=self.max_states,
@@ -627,13 +629,36 @@ class _Linker:
                         pending.append(succ)
 
     def instance(self, key: tuple, number) -> "_Instance":
-        """The instance ``key``, settled, its exits numbered by ``number(successor key)``; handed out for good."""
-        self.settle(key)
+        """The instance ``key``, settled, its exits numbered by ``number(successor key)``; handed out for good.
+        One a walk enters (deferred at compile time) is built under the compile's budget; where that stops it
+        (``CompileBudgetError``, or a fragment's DFA past ``max_states``), the linker is put back as it was, so
+        that the step can be tried again."""
+        if self.fragment_of.get(key, _DEFERRED) is _DEFERRED:
+            saved = self._saved()
+            try:
+                with running(self.budget):
+                    self.settle(key)
+            except BaseException:
+                self._restore(saved)
+                raise
         fragment = self.fragment_of[key]
         if fragment is None:
             raise CanonmergeError("internal: a live exit leads to a dead instance")
         self.handed_out.add(key)
         return _Instance(key[0], key[1], fragment, {node: number(succ) for node, succ in self.successors[key].items()})
+
+    _TABLES = ("fragment_of", "successors", "exits_into", "dead_exits", "written", "counts")
+
+    def _saved(self) -> tuple:
+        """What ``settle`` changes, copied (its tables' values are replaced, never changed in place, but for the
+        predecessor sets and the set of choices written out)."""
+        return ({name: dict(getattr(self, name)) for name in self._TABLES},
+                {k: set(v) for k, v in self.predecessors.items()}, set(self.written_out))
+
+    def _restore(self, saved: tuple) -> None:
+        tables, self.predecessors, self.written_out = saved
+        for name, table in tables.items():
+            setattr(self, name, table)
 
     def __getstate__(self) -> dict:
         """A stitched guide pickled (to a worker process) settles what it enters there from the copy's own

@@ -160,3 +160,52 @@ def test_numba_compiling_a_kernel_is_not_counted_against_the_budget():
         with CompileBudget(seconds=budget).running():
             time.sleep(5 * budget)
             checkpoint()
+
+
+def test_a_fragment_a_lazy_walk_enters_is_built_under_the_compiles_budget(gpt2):
+    """A lazy schema builds a fragment when a walk first enters it: under the compile's budget (its limits and
+    cancel switch), so a step past it raises the typed error; the guide is left as it was, and the same step
+    succeeds once the budget allows it, to the same masks as a guide that never failed. A budget pickles to its
+    limits, with a cancel switch of its own."""
+    import pickle
+
+    import numpy as np
+
+    schema = {"type": "object", "required": ["name", "home", "tags"], "additionalProperties": False,
+              "properties": {"name": {"type": "string", "maxLength": 50},
+                             "home": {"type": "string", "format": "uri", "maxLength": 61},  # (no other test's)
+                             "tags": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}}}
+    runtime = runtime_of("gpt2")
+    text = vegas.format_instance({"name": "ada", "home": "https://example.org/a", "tags": ["x", "yz"]}, schema)
+    ids = runtime.encode(text, add_special_tokens=False).ids
+    for stop in ("time", "cancel"):
+        budget = CompileBudget(seconds=30)
+        guide = vegas.compile_schema(schema, gpt2, library_dir=False, lazy=True, budget=budget)
+        assert guide._linker.budget is budget
+        if stop == "time":  # (runs out inside the first fragment's build, its marks set: they are put back)
+            budget.seconds = 1e-4
+        else:
+            budget.cancel()
+        state, failed = guide.initial_state, 0
+        for token in ids:
+            try:
+                following = guide.advance(state, token)
+            except CompileBudgetError as exc:
+                assert isinstance(exc, CompileTimeoutError if stop == "time" else CompileCancelledError), exc
+                failed += 1
+                if stop == "time":
+                    budget.seconds = 30  # the same step again, now within the budget
+                else:
+                    guide._linker.budget = CompileBudget(seconds=30)
+                following = guide.advance(state, token)
+            state = following
+        assert failed >= 1  # some fragment was entered by the walk, not built at compile time
+        assert guide.is_accepting(state)
+        reference = vegas.compile_schema(schema, gpt2, library_dir=False, lazy=True)
+        other = reference.initial_state
+        replay = guide.initial_state
+        for token in ids:
+            assert np.array_equal(guide.allowed(replay), reference.allowed(other))
+            replay, other = guide.advance(replay, token), reference.advance(other, token)
+    copy = pickle.loads(pickle.dumps(CompileBudget(seconds=2, memory_bytes=1 << 20)))
+    assert (copy.seconds, copy.memory_bytes, copy.cancelled) == (2, 1 << 20, False)
