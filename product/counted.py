@@ -25,7 +25,7 @@ from product.compiler.tables import Seeds, vocabulary_trie
 from product.runtime.guide import Guide, _uint32_rows
 from product.runtime.kernels.cpu import clear_bits
 
-__all__ = ["CountedGuide", "compile_counted"]
+__all__ = ["CountedGuide", "compile_counted", "rebound_minimum"]
 
 _HORIZONS = (2, 4, 8)  # budgets H tried for the layered guide, smallest first
 
@@ -41,6 +41,12 @@ def compile_counted(pattern: str, canonical, *, canonical_only: bool, max_states
     guide = CountedGuide(counted, canonical, canonical_only=canonical_only, max_states=max_states,
                          cache_size=cache_size, name=name, eos_token_ids=eos_token_ids)
     return guide if guide.horizon is not None else None
+
+
+def rebound_minimum(canonical) -> int:
+    """The least loop bound (n - m) from and to which ``CountedGuide.with_loop_bound`` is exact for this
+    vocabulary: its longest token in bytes, plus the largest horizon, plus one."""
+    return int(vocabulary_trie(canonical).lengths.max(initial=0)) + max(_HORIZONS) + 1
 
 
 class CountedGuide(Guide):
@@ -179,6 +185,34 @@ class CountedGuide(Guide):
             if not np.array_equal(a, b):
                 return False
         return True
+
+    # ---- the same pattern with another bound ----------------------------------------------------------------
+    def loop_bound(self) -> int | None:
+        """n - m of the guide's one compressed loop (None: it has several)."""
+        bounds = np.unique(self._counted.bound[self._counted.bound >= 0])
+        return int(bounds[0]) if len(bounds) == 1 else None
+
+    def with_loop_bound(self, bound: int) -> "CountedGuide":
+        """This guide for the pattern whose one compressed loop has n - m = ``bound`` instead (``x{0,255}`` ->
+        ``x{0,4096}``): a copy sharing every table, with its own counter bound, masks cache and fix-ups. Exact where
+        both bounds are at least ``rebound_minimum``: the vocabulary walk then never stops a token at the bound (no
+        token holds more iterations than bytes), no token enters the loop with fewer than H iterations left, so G∞,
+        the budget layers and the exactness check are the same for both; only the counter's ceiling moves.
+        ``ValueError`` elsewhere."""
+        old = self.loop_bound()
+        least = rebound_minimum(self._tokens)
+        if self._layers is None or old is None or min(old, bound) < least:
+            raise ValueError(f"a counted guide is re-bounded only from and to bounds of at least {least} "
+                             f"(its loop: {old}, asked: {bound})")
+        copy = self.__class__.__new__(self.__class__)
+        copy.__dict__.update(self.__dict__)  # (the compiled tables: read-only once compiled)
+        counted = CountedTransitions.__new__(CountedTransitions)
+        counted.__dict__.update(self._counted.__dict__)
+        counted.bound = np.where(self._counted.bound >= 0, bound, -1).astype(self._counted.bound.dtype)
+        copy._counted = counted
+        copy._init_mask_cache(self._cache_size)
+        copy._prepare_fixups()
+        return copy
 
     # ---- states ---------------------------------------------------------------------------------------------
     def _decode(self, state: int) -> tuple[int, int, int]:

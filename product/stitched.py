@@ -76,7 +76,7 @@ from product.compiler.counted import MIN_COUNT, counted_transitions
 from product.compiler.skeleton import END, PLACEHOLDERS, FragmentTooLongError, Skeleton, StitchError
 from product.compiler.tables import guide_eos, per_automaton, vocabulary_trie
 from product.compiler.token_regex import TokenTransitions
-from product.counted import CountedGuide
+from product.counted import CountedGuide, rebound_minimum
 from product.runtime.guide import Guide
 from product.runtime.keyed import _REJECTED, KeyedGuide
 from product.runtime.lazy import LazyGuide
@@ -86,6 +86,17 @@ __all__ = ["StitchedGuide", "StitchError", "FragmentTooLongError", "compile_stit
            "PLACEHOLDERS", "fragment_library"]
 
 _COUNTED = re.compile(r"(?<!\\)\{(\d+),(\d+)\}")
+_SHAPES_HELD = 256  # counted fragments held by shape, to serve other bounds (``FragmentLibrary._rebound``)
+
+
+def _counted_shape(regex: str) -> tuple[str, int] | None:
+    """(the regex with its one counted repetition's upper bound left out, that repetition's n - m), or None where
+    it has none or several (a repetition ``{m,n}`` with n - m >= ``MIN_COUNT``)."""
+    found = [match for match in _COUNTED.finditer(regex) if int(match[2]) - int(match[1]) >= MIN_COUNT]
+    if len(found) != 1:
+        return None
+    match = found[0]
+    return f"{regex[:match.start()]}{{{match[1]},}}\x00{regex[match.end():]}", int(match[2]) - int(match[1])
 
 
 class _SoftExits(Exception):
@@ -159,6 +170,7 @@ class FragmentLibrary:
         self._soft: dict[str, set[int]] = {}  # fragment regexes found to have soft exits
         self._dfas: "OrderedDict[str, _ExitsDFA]" = OrderedDict()  # lazy fragments' DFAs, by regex
         self._uncounted: set[str] = set()  # regexes with counted loops no counter carries (``_compile_fragment``)
+        self._shapes: "OrderedDict[tuple, Fragment]" = OrderedDict()  # counted fragments by shape (``_rebound``)
         self._max_dfa_states = 100_000
         self._lock = threading.Lock()
 
@@ -188,6 +200,8 @@ class FragmentLibrary:
                 self._remember(outcome[0], key, set(outcome[1]))
         fragment = store.load(self.canonical, *key) if store is not None else None
         if fragment is None:
+            fragment = self._rebound(key)
+        if fragment is None:
             if before_compile is not None:
                 before_compile()
             try:
@@ -209,6 +223,7 @@ class FragmentLibrary:
                 key += ("lazy",)
             elif store is not None:
                 store.keep(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
+        self._keep_shape(key, fragment)
         size = fragment.guide.memory_bytes
         with self._lock:
             self._bytes += size - self._size.get(key, 0)
@@ -219,6 +234,35 @@ class FragmentLibrary:
                 evicted, _ = self._fragments.popitem(last=False)
                 self._bytes -= self._size.pop(evicted)
         return fragment, compiled
+
+    def _rebound(self, key: tuple) -> Fragment | None:
+        """The fragment of ``key`` from one held for the same regex but its one counted loop's bound (a string of
+        at most 4,096 characters from one of at most 255: ``CountedGuide.with_loop_bound``), where both bounds
+        allow it; else None. Milliseconds, where compiling it costs ~0.1 s on Llama-3."""
+        shape = _counted_shape(key[0])
+        if shape is None:
+            return None
+        with self._lock:
+            held = self._shapes.get((shape[0],) + key[1:])
+        if held is None or shape[1] < rebound_minimum(self.canonical):
+            return None
+        guide = held.guide.with_loop_bound(shape[1])
+        return Fragment(key[0], held.entry_context, guide, held.exit_of_node, held.exit_sets, 0.0)
+
+    def _keep_shape(self, key: tuple, fragment: Fragment) -> None:
+        """Hold a counted fragment by its regex with the loop's bound left out (``_rebound``), where it can serve
+        other bounds."""
+        guide = fragment.guide
+        if not isinstance(guide, CountedGuide) or guide.horizon is None:
+            return
+        shape = _counted_shape(key[0])
+        if shape is None or guide.loop_bound() != shape[1] or shape[1] < rebound_minimum(self.canonical):
+            return
+        with self._lock:
+            self._shapes[(shape[0],) + key[1:]] = fragment
+            self._shapes.move_to_end((shape[0],) + key[1:])
+            while len(self._shapes) > _SHAPES_HELD:
+                self._shapes.popitem(last=False)
 
     def _exits_dfa(self, regex: str) -> tuple:
         """``from_regex_exits(regex)``, kept for the fragment's other entry contexts and dead exits (a lazy
@@ -254,6 +298,7 @@ class FragmentLibrary:
             self._soft.clear()
             self._dfas.clear()
             self._uncounted.clear()
+            self._shapes.clear()
             self._bytes = 0
 
     @property

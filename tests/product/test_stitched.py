@@ -322,6 +322,45 @@ COUNTED = {"type": "object", "properties": {
     "additionalProperties": False}
 
 
+def test_a_counted_fragment_serves_another_bound_of_its_loop():
+    """A string of at most n characters, n past the vocabulary's longest token (GPT-2: 128 bytes, so 137 and more),
+    is the same counted guide for every such n but the counter's ceiling: a schema with another such bound takes the
+    held fragment re-bounded (``CountedGuide.with_loop_bound``) instead of compiling it, and its masks and
+    acceptance equal a fresh compile's on walks that run into the bound; a bound under the minimum compiles anew."""
+    from product.counted import CountedGuide, rebound_minimum
+    from product.stitched import FragmentLibrary
+
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    assert rebound_minimum(canonical) == 128 + 8 + 1
+
+    def stitched(bound: int, library: FragmentLibrary):
+        schema = {"type": "object", "properties": {"note": {"type": "string", "maxLength": bound}},
+                  "required": ["note"], "additionalProperties": False}
+        compiler = Compiler.load(schema, "json", leaves=True)
+        return compile_stitched(compiler.document(), compiler.leaves, canonical, library=library)
+
+    library = FragmentLibrary(canonical)
+    first = stitched(160, library)
+    assert first.fragments_compiled >= 1 and len(library._shapes) == 1
+    for bound, rebound in ((140, True), (2000, True), (136, False)):
+        compiled_before = sum(1 for _ in library._fragments)
+        other = stitched(bound, library)
+        fresh = stitched(bound, FragmentLibrary(canonical))
+        counted = [g for g in other._guides if isinstance(g, CountedGuide)]
+        assert counted and all(g.loop_bound() == bound for g in counted)
+        assert (other.fragments_compiled == 0) == rebound, (bound, other.fragments_compiled)
+        assert len(library._fragments) > compiled_before
+        for seed in range(3):
+            walked, reference = _walk_masks(other, seed, steps=80), _walk_masks(fresh, seed, steps=80)
+            assert all(np.array_equal(a, b) for a, b in zip(walked, reference, strict=True))
+        for length, valid in ((bound, True), (bound + 1, False)):
+            ids = runtime.encode(json.dumps({"note": "ab" * (length // 2) + "c" * (length % 2)}),
+                                 add_special_tokens=False).ids
+            assert other.accepts(ids) == fresh.accepts(ids) == valid, (bound, length)
+    with pytest.raises(ValueError, match="at least 137"):
+        next(g for g in first._guides if isinstance(g, CountedGuide)).with_loop_bound(100)
+
+
 def test_counted_fragments_are_reused_from_the_library_and_round_trip_through_disk(tmp_path):
     """A fragment holding a counted repetition (``maxLength: 100``, a pattern's ``{0,32}``) compiles with a
     counter (``CountedGuide``) and is kept like any fragment: a second compile takes every fragment from the
