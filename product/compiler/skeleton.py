@@ -755,7 +755,21 @@ def _leaf_safe_openings(regex: str, safe: frozenset) -> frozenset:
 @functools.lru_cache(maxsize=4096)
 def _leaf_openings(regex: str) -> frozenset | None:
     """The characters a text of ``regex`` can start with; None when it may be empty, start with characters the
-    regex does not name, or its character DFA is too large to build (a string of ``maxLength: 10000``)."""
+    regex does not name, or its character DFA is too large to build (a string of ``maxLength: 10000``). Read off
+    the tree (``glushkov.first_characters``: what the DFA's start state reads), not the DFA, wherever the position
+    construction takes the tree: a bounded ``format: uri`` leaf (98k positions) cost 0.7 s of a YAML schema's first
+    mask for its first letter."""
+    try:
+        tree = glushkov.read_tree(regex, _MAX_LEAF_STATES)
+        glushkov.check_positions(tree, _MAX_LEAF_STATES)
+    except StateLimitError:
+        return None
+    except Exception:  # (unreadable: the DFA's construction says why, below)
+        tree = None
+    found = None if tree is None else glushkov.first_characters(tree)
+    if found is not None:
+        nullable, chars = found
+        return None if nullable or chars is None else chars
     try:
         table, accepting, start, mapping = char_dfa(regex, _MAX_LEAF_STATES)
     except StateLimitError:

@@ -380,6 +380,25 @@ def test_position_construction_agrees_on_random_regexes(pattern):
         assert _same_dfa(positions, reference)
 
 
+@settings(max_examples=200, deadline=None)
+@given(pattern=st.recursive(_atom, _regex, max_leaves=6), flags=st.sampled_from(["", "(?i)", "(?s)"]))
+def test_first_characters_are_what_the_start_state_reads(pattern, flags):
+    """``glushkov.first_characters`` (read off the tree) equals the position construction's start state: whether it
+    accepts, and the characters it has a transition on (None where one is a character the pattern never names)."""
+    from interegular.fsm import anything_else
+
+    import automata.glushkov as glushkov
+
+    tree = glushkov.read_tree(flags + pattern, 10_000)
+    dfa = glushkov.char_dfa(tree, 10_000)
+    found = glushkov.first_characters(tree)
+    assert (dfa is None) == (found is None)
+    if dfa is not None:
+        table, accepting, start, mapping = dfa
+        chars = frozenset(ch for ch, c in mapping.items() if table[start, c] != MISSING)
+        assert found == (bool(accepting[start]), None if anything_else in chars else chars), pattern
+
+
 @settings(max_examples=60, deadline=None)
 @given(inner=st.recursive(_atom, _regex, max_leaves=8), outer=st.recursive(_atom, _regex, max_leaves=4),
        case=st.booleans())
