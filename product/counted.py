@@ -206,6 +206,7 @@ class CountedGuide(Guide):
                              f"(its loop: {old}, asked: {bound})")
         copy = self.__class__.__new__(self.__class__)
         copy.__dict__.update(self.__dict__)  # (the compiled tables: read-only once compiled)
+        copy.__dict__.pop("_batch_row", None)  # (its mask cache's address: this guide's own, made below)
         counted = CountedTransitions.__new__(CountedTransitions)
         counted.__dict__.update(self._counted.__dict__)
         counted.bound = np.where(self._counted.bound >= 0, bound, -1).astype(self._counted.bound.dtype)

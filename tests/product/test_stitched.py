@@ -357,8 +357,31 @@ def test_a_counted_fragment_serves_another_bound_of_its_loop():
             ids = runtime.encode(json.dumps({"note": "ab" * (length // 2) + "c" * (length % 2)}),
                                  add_special_tokens=False).ids
             assert other.accepts(ids) == fresh.accepts(ids) == valid, (bound, length)
+    base = next(g for g in first._guides if isinstance(g, CountedGuide))
     with pytest.raises(ValueError, match="at least 137"):
-        next(g for g in first._guides if isinstance(g, CountedGuide)).with_loop_bound(100)
+        base.with_loop_bound(100)
+    # a copy has a mask cache of its own, also for the batch kernels (which find a guide's cache by address)
+    rng, states, state, spelled = random.Random(7), [], base.initial_state, canonical.token_bytes
+    for _ in range(40):  # (a walk of the fragment alone, into the string and along it)
+        states.append(state)
+        allowed = np.flatnonzero(base.allowed(state)).tolist()
+        body = [t for t in allowed if b'"' not in (spelled[t] or b'"')]  # (no closing quote, no EOS)
+        if not allowed:
+            break
+        state = base.advance(state, rng.choice(body or allowed))
+    out = np.zeros((len(states), base.num_words), dtype=np.int32)
+    base.fill_bitmask(states, out)
+    copy = base.with_loop_bound(1000)
+    copied = np.zeros_like(out)
+    copy.fill_bitmask(states, copied)
+    for row, state in zip(copied, states):
+        assert np.array_equal(np.unpackbits(row.view(np.uint8), bitorder="little")[:copy.vocab_size].astype(bool),
+                              copy.allowed(state))
+    assert not np.array_equal(copied, out)  # (near 160 characters the base has no budget left; the copy has)
+    again = np.zeros_like(out)
+    base.fill_bitmask(states, again)  # (from the base's cache, which the copy's batch must not have written)
+    copy.fill_bitmask(states, copied)
+    assert np.array_equal(again, out) and not np.array_equal(copied, out)
 
 
 def test_counted_fragments_are_reused_from_the_library_and_round_trip_through_disk(tmp_path):
