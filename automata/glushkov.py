@@ -175,10 +175,7 @@ class _Positions:
             raise _Unsupported
         kind = type(node)
         if kind is _CharGroup:
-            chars = node.chars
-            if flags & _CASE_INSENSITIVE:  # as interegular: both cases of every named character
-                chars = frozenset({*(c.lower() for c in chars), *(c.upper() for c in chars)})
-            return self.position(chars, node.negated)
+            return self.position(_named(node, flags), node.negated)
         if kind is _Concatenation:
             result = (True, _NONE, _NONE)
             for part in node.parts:
@@ -204,8 +201,7 @@ class _Positions:
                     _SUBTREES.seen(key, node)
             return nullable, first, last
         if kind is _Repeated:
-            if node.max is not None and node.min > node.max:
-                raise RegexError(f"repetition {{{node.min},{node.max}}}: the minimum exceeds the maximum")
+            _check_bounds(node)
             result = (True, _NONE, _NONE)
             for _ in range(node.min):
                 result = self.then(result, self.visit(node.base, flags))
@@ -241,10 +237,7 @@ def first_characters(tree: Pattern) -> tuple[bool, frozenset | None] | None:
             return seen[key]
         kind = type(node)
         if kind is _CharGroup:
-            chars = node.chars
-            if flags & _CASE_INSENSITIVE:
-                chars = frozenset({*(c.lower() for c in chars), *(c.upper() for c in chars)})
-            found = False, (None if node.negated else frozenset(c for c in chars if len(c) == 1))
+            found = False, (None if node.negated else frozenset(c for c in _named(node, flags) if len(c) == 1))
         elif kind is _Concatenation or kind is Pattern or kind is _Repeated:
             if kind is Pattern:
                 flags = (flags | node.added_flags.value) & ~node.removed_flags.value
@@ -252,8 +245,7 @@ def first_characters(tree: Pattern) -> tuple[bool, frozenset | None] | None:
             elif kind is _Concatenation:
                 parts, every = node.parts, True
             else:
-                if node.max is not None and node.min > node.max:
-                    raise RegexError(f"repetition {{{node.min},{node.max}}}: the minimum exceeds the maximum")
+                _check_bounds(node)
                 parts, every = (() if node.max == 0 else (node.base,)), True
             nullable, chars = every, frozenset()
             for part in parts:
@@ -279,6 +271,18 @@ def first_characters(tree: Pattern) -> tuple[bool, frozenset | None] | None:
         return visit(tree, 0)
     except _Unsupported:
         return None
+
+
+def _named(group: _CharGroup, flags: int) -> frozenset:
+    """The characters a group names under ``flags``: as interegular, both cases of each under ``(?i)``."""
+    if flags & _CASE_INSENSITIVE:
+        return frozenset({*(c.lower() for c in group.chars), *(c.upper() for c in group.chars)})
+    return group.chars
+
+
+def _check_bounds(node: _Repeated) -> None:
+    if node.max is not None and node.min > node.max:
+        raise RegexError(f"repetition {{{node.min},{node.max}}}: the minimum exceeds the maximum")
 
 
 def _too_many_positions(cap: int) -> StateLimitError:

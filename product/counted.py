@@ -13,6 +13,7 @@ Leaves out: reading the counter off the regex (``product.compiler.counted``); wh
 
 from __future__ import annotations
 
+import copy
 import operator
 
 import numpy as np
@@ -204,16 +205,16 @@ class CountedGuide(Guide):
         if self._layers is None or old is None or min(old, bound) < least:
             raise ValueError(f"a counted guide is re-bounded only from and to bounds of at least {least} "
                              f"(its loop: {old}, asked: {bound})")
-        copy = self.__class__.__new__(self.__class__)
-        copy.__dict__.update(self.__dict__)  # (the compiled tables: read-only once compiled)
-        copy.__dict__.pop("_batch_row", None)  # (its mask cache's address: this guide's own, made below)
-        counted = CountedTransitions.__new__(CountedTransitions)
-        counted.__dict__.update(self._counted.__dict__)
-        counted.bound = np.where(self._counted.bound >= 0, bound, -1).astype(self._counted.bound.dtype)
-        copy._counted = counted
-        copy._init_mask_cache(self._cache_size)
-        copy._prepare_fixups()
-        return copy
+        # the compiled tables shared (read-only once compiled); not ``copy.copy``, whose ``Guide.__setstate__`` would
+        # hand this guide's mask slabs back to the pool when the copy dies
+        other = self.__class__.__new__(self.__class__)
+        other.__dict__.update(self.__dict__)
+        other.__dict__.pop("_batch_row", None)  # (its mask cache's address: this guide's own, made below)
+        other._counted = copy.copy(self._counted)
+        other._counted.bound = np.where(self._counted.bound >= 0, bound, -1).astype(self._counted.bound.dtype)
+        other._init_mask_cache(self._cache_size)
+        other._prepare_fixups()
+        return other
 
     # ---- states ---------------------------------------------------------------------------------------------
     def _decode(self, state: int) -> tuple[int, int, int]:

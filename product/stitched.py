@@ -89,10 +89,15 @@ _COUNTED = re.compile(r"(?<!\\)\{(\d+),(\d+)\}")
 _SHAPES_HELD = 256  # counted fragments held by shape, to serve other bounds (``FragmentLibrary._rebound``)
 
 
+def _counted_loops(regex: str) -> list[re.Match]:
+    """The repetitions ``{m,n}`` of ``regex`` with n - m >= ``MIN_COUNT`` (those a counter may carry)."""
+    return [match for match in _COUNTED.finditer(regex) if int(match[2]) - int(match[1]) >= MIN_COUNT]
+
+
 def _counted_shape(regex: str) -> tuple[str, int] | None:
     """(the regex with its one counted repetition's upper bound left out, that repetition's n - m), or None where
-    it has none or several (a repetition ``{m,n}`` with n - m >= ``MIN_COUNT``)."""
-    found = [match for match in _COUNTED.finditer(regex) if int(match[2]) - int(match[1]) >= MIN_COUNT]
+    it has none or several (``_counted_loops``)."""
+    found = _counted_loops(regex)
     if len(found) != 1:
         return None
     match = found[0]
@@ -199,8 +204,9 @@ class FragmentLibrary:
             if outcome is not None:
                 self._remember(outcome[0], key, set(outcome[1]))
         fragment = store.load(self.canonical, *key) if store is not None else None
-        if fragment is None:
-            fragment = self._rebound(key)
+        shape = _counted_shape(regex)
+        if fragment is None and shape is not None:
+            fragment = self._rebound(key, shape)
         if fragment is None:
             if before_compile is not None:
                 before_compile()
@@ -223,7 +229,8 @@ class FragmentLibrary:
                 key += ("lazy",)
             elif store is not None:
                 store.keep(self.canonical, fragment, dead_exits=dead_exits, canonical_only=canonical_only, eos=eos)
-        self._keep_shape(key, fragment)
+        if shape is not None:
+            self._keep_shape(key, shape, fragment)
         size = fragment.guide.memory_bytes
         with self._lock:
             self._bytes += size - self._size.get(key, 0)
@@ -235,13 +242,11 @@ class FragmentLibrary:
                 self._bytes -= self._size.pop(evicted)
         return fragment, compiled
 
-    def _rebound(self, key: tuple) -> Fragment | None:
-        """The fragment of ``key`` from one held for the same regex but its one counted loop's bound (a string of
-        at most 4,096 characters from one of at most 255: ``CountedGuide.with_loop_bound``), where both bounds
-        allow it; else None. Milliseconds, where compiling it costs ~0.1 s on Llama-3."""
-        shape = _counted_shape(key[0])
-        if shape is None:
-            return None
+    def _rebound(self, key: tuple, shape: tuple[str, int]) -> Fragment | None:
+        """The fragment of ``key`` (its regex's ``_counted_shape``: ``shape``) from one held for the same regex but
+        its one counted loop's bound (a string of at most 4,096 characters from one of at most 255:
+        ``CountedGuide.with_loop_bound``), where both bounds allow it; else None. Milliseconds, where compiling it
+        costs ~0.1 s on Llama-3."""
         with self._lock:
             held = self._shapes.get((shape[0],) + key[1:])
         if held is None or shape[1] < rebound_minimum(self.canonical):
@@ -249,14 +254,13 @@ class FragmentLibrary:
         guide = held.guide.with_loop_bound(shape[1])
         return Fragment(key[0], held.entry_context, guide, held.exit_of_node, held.exit_sets, 0.0)
 
-    def _keep_shape(self, key: tuple, fragment: Fragment) -> None:
-        """Hold a counted fragment by its regex with the loop's bound left out (``_rebound``), where it can serve
-        other bounds."""
+    def _keep_shape(self, key: tuple, shape: tuple[str, int], fragment: Fragment) -> None:
+        """Hold a counted fragment by its regex with the loop's bound left out (``shape``, ``_rebound``), where it can
+        serve other bounds."""
         guide = fragment.guide
         if not isinstance(guide, CountedGuide) or guide.horizon is None:
             return
-        shape = _counted_shape(key[0])
-        if shape is None or guide.loop_bound() != shape[1] or shape[1] < rebound_minimum(self.canonical):
+        if guide.loop_bound() != shape[1] or shape[1] < rebound_minimum(self.canonical):
             return
         with self._lock:
             self._shapes[(shape[0],) + key[1:]] = fragment
@@ -408,7 +412,7 @@ def _compile_fragment(regex: str, entry_context: int, dead_exits: frozenset, can
     tried again for its other entry contexts and dead exits, 0.2-0.3 s each for a bounded URI); this one is added
     where it does not."""
     start = time.perf_counter()
-    counted_regex = any(int(hi) - int(lo) >= MIN_COUNT for lo, hi in _COUNTED.findall(regex))
+    counted_regex = bool(_counted_loops(regex))
     lazy = lazy and canonical_only and LazyGuide.helps(canonical)
     if lazy and not counted_regex:
         return _compile_lazy_fragment(regex, entry_context, dead_exits, canonical, eos, exits_dfa(regex), start)
