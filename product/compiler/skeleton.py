@@ -33,6 +33,7 @@ __all__ = ["PLACEHOLDERS", "END", "KeyChoice", "Skeleton", "StitchError", "Fragm
 END = -1  # a root of an instance: the text may end where the instance starts
 PLACEHOLDERS = range(0xD800, 0xDC00)  # placeholder characters of a skeleton: lone surrogates, in no text
 _MAX_FRAGMENT_REGEX = 200_000  # characters: a fragment's regex is written as a tree; sharing is not kept
+_MAX_FRAGMENTS_WRITTEN = 20_000_000  # characters of the texts of a fragment's states, together (``fragment``)
 
 
 class StitchError(CanonmergeError):
@@ -302,8 +303,10 @@ class Skeleton:
                 parts += [label + write(t, False) for t, label in edges.items()]
                 text = _alternation(parts)
             on_path.discard(q)
+            # (a state's text holds its successors': the regex is the longest text, and the texts together are
+            # what writing it costs — a chain of states before a long leaf is quadratic there, not in the regex)
             size[0] += len(text)
-            if size[0] > _MAX_FRAGMENT_REGEX:
+            if len(text) > _MAX_FRAGMENT_REGEX or size[0] > _MAX_FRAGMENTS_WRITTEN:
                 raise FragmentTooLongError("a fragment's regex is too long to write out")
             written[q] = text
             return text

@@ -186,6 +186,27 @@ def test_yaml_lines_are_cut_where_no_token_holding_their_bytes_fits(monkeypatch)
                    "a:\n  b:\n   ": True, "a:\n  b:\n    c:": True}
 
 
+def test_a_long_leaf_after_a_chain_of_states_is_written_once():
+    """A fragment's regex is its longest state's text; a chain of uncut states before a long leaf holds the leaf's
+    text once, not once per state (the limit counted each state's text, 40 x 6k characters here, and refused it
+    as too long: YAML's nested blocks on Llama-3 ended there). The fragment keeps the whole regex's masks."""
+    import product.compiler.skeleton as cutting
+
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    rng = random.Random("long leaf")
+    words = sorted({"".join(rng.choice("abcdefghij") for _ in range(8)) for _ in range(700)})
+    leaf = "(" + "|".join(words) + ")"
+    prefix = "ab" * 20  # (inside GPT-2's tokens at every position: no cut, 40 states in a row)
+    placeholder = chr(PLACEHOLDERS[0])
+    skeleton = Skeleton(prefix + placeholder, {placeholder: leaf}, canonical, 100_000, fine_cuts=True)
+    regex, _ = skeleton.fragment(frozenset([skeleton.start]))
+    assert 40 * len(leaf) > cutting._MAX_FRAGMENT_REGEX > len(regex) >= len(leaf)
+    stitched = compile_stitched(prefix + placeholder, {placeholder: leaf}, canonical, fine_cuts=True)
+    whole = product.compile_regex(prefix + leaf, canonical)
+    for word in words[:: len(words) // 5]:
+        _same_walk(stitched, whole, runtime.encode(prefix + word, add_special_tokens=False).ids)
+
+
 @pytest.mark.slow  # 58 s: the whole regex of YAML "anything" values on Llama-3
 def test_finely_cut_yaml_guides_have_the_whole_regex_masks():
     """A YAML schema with "anything" values written out and cut finely (where compile_schema falls back when a
