@@ -36,13 +36,14 @@ __all__ = ["intersection"]
 EPSILON = ("seq", ())
 
 
-def intersection(*trees: tuple, max_states: int = 4096, max_size: int = 10_000) -> tuple | None:
-    """The tree of the strings every one of ``trees`` matches (None when there are none). ``StateLimitError`` past
-    ``max_states`` automaton states or ``max_size`` tree nodes."""
-    atoms = _atoms(set().union(*map(_sets, trees)))
+def intersection(*trees: tuple, excluded=(), max_states: int = 4096, max_size: int = 10_000) -> tuple | None:
+    """The tree of the strings every one of ``trees`` matches and none of ``excluded`` does (a pattern's negative
+    lookahead; None when there are none). ``StateLimitError`` past ``max_states`` automaton states or ``max_size``
+    tree nodes."""
+    atoms = _atoms(set().union(*map(_sets, trees + tuple(excluded))))
     dfas = [_dfa(tree, atoms, max_states) for tree in trees]
     product = dfas[0]
-    for dfa in dfas[1:]:
+    for dfa in dfas[1:] + [_complement(_dfa(tree, atoms, max_states)) for tree in excluded]:
         product = product.intersect(dfa, max_states=max_states)
         if not product.accepting.any():
             return None
@@ -162,6 +163,15 @@ def _dfa(node: tuple, atoms: list[CharSet], max_states: int) -> DFA:
         rows.append(row)
     accepting = np.array([end in subset for subset in order], dtype=bool)
     return DFA(np.array(rows, dtype=np.int32), accepting, 0, _labels(len(atoms)))
+
+
+def _complement(dfa: DFA) -> DFA:
+    """The DFA of the strings over the atoms that ``dfa`` rejects: every missing move into one more state, a sink,
+    and the accepting states swapped."""
+    n, width = dfa.transitions.shape
+    table = np.vstack([dfa.transitions, np.full((1, width), MISSING, dtype=np.int32)])
+    table[table == MISSING] = n
+    return DFA(table, np.append(~dfa.accepting, True), dfa.start, dfa.alphabet)
 
 
 def _labels(n: int) -> Alphabet:

@@ -507,8 +507,9 @@ _CHAR_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "f": "\f", "v": "\v", "0": "\0
 
 class _Pattern:
     """A recursive-descent reader of an ECMA-262 regex into the tree above (character atoms as sets of decoded
-    characters; groups, alternation, quantifiers kept). Lookaround, backreferences, word boundaries and anchors
-    inside groups are refused."""
+    characters; groups, alternation, quantifiers kept), with three zero-width nodes that ``_read`` resolves:
+    ("bol",) for ``^``, ("eol",) for ``$`` and ("look", negated, tree) for a lookahead. Lookbehind,
+    backreferences and word boundaries are refused."""
 
     def __init__(self, source: str, pointer: str, keyword: str = "pattern"):
         self.src, self.i, self.pointer, self.keyword = source, 0, pointer, keyword
@@ -521,52 +522,50 @@ class _Pattern:
     def peek(self) -> str:
         return self.src[self.i] if self.i < len(self.src) else ""
 
-    def alternatives(self, top: bool) -> list[tuple[bool, tuple, bool]]:
-        """(anchored at start, tree, anchored at end) per alternative."""
-        alts = []
-        while True:
-            start = end = False
-            if self.peek() == "^":
-                if not top:
-                    self.fail("'^' inside a group", unsupported=True)
-                start, self.i = True, self.i + 1
-            body, end = self.sequence(top)
-            alts.append((start, body, end))
-            if self.peek() != "|":
-                return alts
+    def alternatives(self) -> list[tuple]:
+        """The alternatives up to the next unmatched ``)`` (or the end), each a ("seq", parts)."""
+        alts = [self.sequence()]
+        while self.peek() == "|":
             self.i += 1
+            alts.append(self.sequence())
+        return alts
 
-    def sequence(self, top: bool) -> tuple[tuple, bool]:
+    def sequence(self) -> tuple:
         out = []
         while self.i < len(self.src) and self.peek() not in "|)":
-            if self.peek() == "$":
+            if self.peek() in "^$":
+                out.append(("bol",) if self.peek() == "^" else ("eol",))
                 self.i += 1
-                if self.i < len(self.src) and self.peek() not in "|)" or not top:
-                    self.fail("'$' before the end of the pattern", unsupported=True)
-                return ("seq", tuple(out)), True
-            if self.peek() == "^":
-                self.fail("'^' after the start of the pattern", unsupported=True)
-            out.append(self.quantified(self.atom()))
-        return ("seq", tuple(out)), False
+                if self.peek() in ("*", "+", "?") or (self.peek() == "{" and self._quantifier()):
+                    self.fail(f"nothing to repeat before {self.peek()!r}")
+                continue
+            atom = self.atom()
+            if atom[0] == "look" and (self.peek() in ("*", "+", "?") or (self.peek() == "{" and self._quantifier())):
+                self.fail("a quantified lookahead", unsupported=True)
+            out.append(atom if atom[0] == "look" else self.quantified(atom))
+        return ("seq", tuple(out))
 
     def atom(self) -> tuple:
         c = self.peek()
         if c == "(":
             self.i += 1
+            look = None
             if self.src.startswith("?:", self.i):
                 self.i += 2
+            elif self.src.startswith(("?=", "?!"), self.i):
+                look, self.i = self.src[self.i + 1] == "!", self.i + 2
             elif self.src.startswith("?<", self.i) and self.src[self.i + 2:self.i + 3] not in ("=", "!"):
                 close = self.src.find(">", self.i)
                 if close < 0:
                     self.fail("unterminated group name")
                 self.i = close + 1
             elif self.peek() == "?":
-                self.fail("lookaround", unsupported=True)
-            alts = self.alternatives(top=False)
+                self.fail("lookbehind" if self.src.startswith("?<", self.i) else "an unknown group", unsupported=True)
+            alts = self.alternatives()
             if self.peek() != ")":
                 self.fail("missing ')'")
             self.i += 1
-            return ("alt", tuple(body for _, body, _ in alts))
+            return ("alt", tuple(alts)) if look is None else ("look", look, ("alt", tuple(alts)))
         if c == "[":
             return ("set", self.char_class())
         if c == ".":
@@ -675,18 +674,150 @@ class _Pattern:
         return CharSet.chars(c)
 
 
-def _read(pattern: str, pointer: str, keyword: str = "pattern") -> tuple:
+def _read(pattern: str, pointer: str, keyword: str = "pattern") -> tuple | None:
     """The tree of every string in which ``pattern`` finds a match (an unanchored ECMA-262 search: ``abc`` means
-    "contains abc"; an alternative anchored at neither end gets any text around it)."""
+    "contains abc"; an alternative anchored at neither end gets any text around it); None where no string does
+    (``a^b``: an anchor no match satisfies)."""
     if not isinstance(pattern, str):
         raise SchemaError(f"{keyword} must be a string, not {pattern!r}", keyword=keyword, pointer=pointer)
     reader = _Pattern(pattern, pointer, keyword)
-    alts = reader.alternatives(top=True)
+    alts = reader.alternatives()
     if reader.i != len(pattern):
         reader.fail("unbalanced ')'")
-    around = ("rep", ("set", ANY), 0, None)
-    return ("alt", tuple(("seq", (() if start else (around,)) + (body,) + (() if end else (around,)))
-                         for start, body, end in alts))
+    options = [tree for body in alts for tree in _searched(body, reader)]
+    return ("alt", tuple(options)) if options else None
+
+
+_AROUND = ("rep", ("set", ANY), 0, None)  # any text before or after a match
+_EMPTY = ("seq", ())
+
+
+def _searched(body: tuple, reader: _Pattern) -> list[tuple]:
+    """The strings in which one alternative of a pattern finds a match, as trees (none where it never matches).
+
+    The usual forms — ``^`` first, ``$`` last, no other zero-width node — are the alternative with any text
+    before it unless it starts with ``^`` and after it unless it ends with ``$``. Otherwise ``_to_end`` writes the
+    string from the match's start on, and any text goes before it unless a ``^`` was passed."""
+    parts = body[1]
+    start = bool(parts) and parts[0] == ("bol",)
+    end = len(parts) > start and parts[-1] == ("eol",)
+    inner = parts[int(start): len(parts) - int(end)]
+    if not any(_zero_width(part) for part in inner):
+        return [("seq", (() if start else (_AROUND,)) + (("seq", inner),) + (() if end else (_AROUND,)))]
+    return [tree if at_start else _seq(_AROUND, tree) for at_start, tree in _to_end(parts, reader).items()]
+
+
+def _to_end(parts: tuple, reader: _Pattern) -> dict[bool, tuple]:
+    """The strings from a position on to the end of the string in which the sequence ``parts`` matches from that
+    position, per whether the match passes a ``^`` (then the position is the string's start). Anchors may stand
+    anywhere (``_anchored`` splits the matches by the anchors they pass). A lookahead among the parts (not inside
+    a group) constrains the rest of the string from where it stands: the strings from there on (the parts after
+    it, then any text unless a ``$`` ends them) are intersected with each positive lookahead's strings and
+    stripped of each negative one's (``vegas.intersection``)."""
+    i = next((k for k, part in enumerate(parts) if part[0] == "look"), None)
+    if i is None:
+        out: dict[bool, list] = {}
+        for (s, e), tree in _anchored(("seq", parts), reader).items():
+            out.setdefault(s, []).append(_seq(tree, _EMPTY if e else _AROUND))
+        return {s: _union(trees) for s, trees in out.items()}
+    j = i
+    while j < len(parts) and parts[j][0] == "look":
+        j += 1
+    before = _anchored(("seq", parts[:i]), reader)
+    at_start = i > 0 and all(part == ("bol",) for part in parts[:i])  # (a "^" inside the lookahead holds there)
+    positive, negative = [], []
+    for _, negated, tree in parts[i:j]:
+        ways = _anchored(tree, reader)
+        if any(s for s, _ in ways) and not at_start:
+            reader.fail("'^' inside a lookahead not after a leading '^'", unsupported=True)
+        strings = [_seq(t, _EMPTY if e else _AROUND) for (_, e), t in ways.items()]  # what the rest starts with
+        (negative if negated else positive).append(_union(strings) if strings else None)
+    if any(t is None for t in positive):
+        return {}
+    after = {}
+    for s, tree in _to_end(parts[j:], reader).items():
+        try:
+            tree = intersection(tree, *positive, excluded=[t for t in negative if t is not None])
+        except StateLimitError as exc:
+            reader.fail(f"lookahead: {exc}", unsupported=True)
+        if tree is not None:
+            after[s] = tree
+    out = {}
+    for (s1, e1), left in before.items():
+        if e1:
+            reader.fail("'$' before a lookahead", unsupported=True)
+        for s2, right in after.items():
+            if s2 and _lengths(left)[0]:  # a "^" after the lookahead: nothing before it
+                continue
+            out.setdefault(s1 or s2, []).append(_seq(_EMPTY if s2 else left, right))
+    return {s: _union(trees) for s, trees in out.items()}
+
+
+def _zero_width(node: tuple) -> bool:
+    """Whether a tree holds an anchor or a lookahead."""
+    kind = node[0]
+    if kind in ("bol", "eol", "look"):
+        return True
+    if kind == "set":
+        return False
+    if kind == "rep":
+        return _zero_width(node[1])
+    return any(_zero_width(part) for part in node[1])
+
+
+def _anchored(node: tuple, reader: _Pattern) -> dict[tuple[bool, bool], tuple]:
+    """A tree with anchors, as trees without: per (holds ``^``, holds ``$``), the characters of the matches that
+    pass anchors of those kinds (absent: none do). A match passing ``^`` starts the string, so nothing it reads
+    comes before that ``^``; one passing ``$`` ends it, so nothing comes after. Repetitions of anchored trees are
+    read as their few unrolled counts (``(^a)?``); an unbounded one is refused."""
+    kind = node[0]
+    if kind == "set":
+        return {(False, False): node}
+    if kind in ("bol", "eol"):
+        return {(kind == "bol", kind == "eol"): _EMPTY}
+    if kind == "look":
+        reader.fail("a lookahead inside a group", unsupported=True)
+    if kind == "rep":
+        _, inner, lo, hi = node
+        ways = _anchored(inner, reader)
+        if set(ways) == {(False, False)}:
+            return {(False, False): ("rep", ways[False, False], lo, hi)}
+        if hi is None or hi > 4:
+            reader.fail("an anchor inside a repetition", unsupported=True)
+        node, kind = ("alt", tuple(("seq", (inner,) * k) for k in range(lo, hi + 1))), "alt"
+    found: dict[tuple[bool, bool], list[tuple]] = {}
+    if kind == "alt":
+        for option in node[1]:
+            for key, tree in _anchored(option, reader).items():
+                found.setdefault(key, []).append(tree)
+        return {key: _union(trees) for key, trees in found.items()}
+    ways = {(False, False): _EMPTY}  # a sequence, part by part
+    for part in node[1]:
+        found = {}
+        for (s1, e1), left in ways.items():
+            for (s2, e2), right in _anchored(part, reader).items():
+                if s2:  # a "^" in the part: what comes before it reads nothing
+                    if _lengths(left)[0]:
+                        continue
+                    left_part = _EMPTY
+                else:
+                    left_part = left
+                if e1:  # a "$" before the part: the part reads nothing
+                    if _lengths(right)[0]:
+                        continue
+                    right = _EMPTY
+                found.setdefault((s1 or s2, e1 or e2), []).append(_seq(left_part, right))
+        ways = {key: _union(trees) for key, trees in found.items()}
+    return ways
+
+
+def _seq(a: tuple, b: tuple) -> tuple:
+    return ("seq", tuple(x for t in (a, b) for x in (t[1] if t[0] == "seq" else (t,))))
+
+
+def _union(trees: list[tuple]) -> tuple:
+    unique = list(dict.fromkeys(trees))
+    return unique[0] if len(unique) == 1 else ("alt", tuple(unique))
 
 
 def _spell(node: tuple, style: str) -> str:
@@ -807,6 +938,8 @@ def pattern_regex(pattern: str, style: str, pointer: str, min_length: int = 0, m
     automaton in an intersection (``vegas.intersection``), as a format is. ``UnsupportedSchemaError`` where the
     intersection has no regex of a reasonable size, naming the pattern as ``shown`` (default: its text)."""
     tree = _read(pattern, pointer, keyword)
+    if tree is None:
+        return None
     bounded = bool(min_length) or max_length is not None
     try:
         if format_name is not None:

@@ -140,6 +140,49 @@ def test_patterns_with_length_bounds_are_exact(pattern, lo, hi, text):
         assert (re.fullmatch(regex, format_instance(text, schema, style=style)) is not None) == valid, (schema, text)
 
 
+def _anchored_patterns():
+    """ECMA-262 patterns with anchors anywhere and lookaheads in an alternative's sequence."""
+    atoms = st.sampled_from(["a", "b", "[ab]", ".", "c", ""])
+    body = st.recursive(atoms, lambda inner: st.one_of(
+        st.tuples(inner, inner).map("".join), st.tuples(inner, inner).map(lambda t: f"({t[0]}|{t[1]})"),
+        inner.map(lambda x: f"({x})?"), inner.map(lambda x: f"(?:{x})+"), inner.map(lambda x: "^" + x),
+        inner.map(lambda x: x + "$")), max_leaves=6)
+    looks = st.lists(st.sampled_from(["(?=a)", "(?!b)", "(?!.*c$)", "(?=.*b)", "(?!a|$)", "(?!^a)"]),
+                     max_size=2).map("".join)
+    tail = st.sampled_from(["", "|c$", "|^b", "(?=b)", "(?!a)c", "(?=.*c$)a"])
+    return st.tuples(st.sampled_from(["", "^"]), looks, body, tail).map("".join)
+
+
+@settings(max_examples=500)
+@given(_anchored_patterns(), st.lists(st.text("abc. ", max_size=6), min_size=1, max_size=6))
+def test_anchors_anywhere_and_lookaheads_are_exact(pattern, texts):
+    """A pattern with ``^``/``$`` inside groups or alternatives (``(^a|b)c``, ``^(a|$)``, ``/^x$/``, which no string
+    matches) and lookaheads in an alternative's sequence (``^(?!@@)``, ``(?=.*[A-Z])``, ``a*(?=[.]json)``): the regex accepts a
+    string iff the pattern finds a match in it (Python's ``re``, which agrees with ECMA-262 here: no line breaks in
+    the texts). A repeated anchor the reader refuses is refused by name."""
+    schema = {"type": "string", "pattern": pattern}
+    try:
+        regex = schema_regex(schema)
+    except UnsupportedSchemaError as refused:
+        assert any(why in str(refused) for why in ("inside a repetition", "inside a lookahead not after",
+                                                   "'$' before a lookahead")), refused
+        return
+    except SchemaError as empty:  # no string matches
+        assert "no instance" in str(empty)
+        assert not any(re.search(pattern, text) for text in texts)
+        return
+    for text in texts:
+        assert (re.fullmatch(regex, format_instance(text, schema)) is not None) == \
+            (re.search(pattern, text) is not None), (pattern, text)
+
+
+def test_lookbehind_and_lookaheads_inside_a_match_are_refused_by_name():
+    for pattern, why in [("(?<=a)b", "lookbehind"), ("a(b(?=c))", "lookahead inside a group"),
+                         ("(?:^a)*", "inside a repetition"), ("(?=^a)", "'^' inside a lookahead not after")]:
+        with pytest.raises(UnsupportedSchemaError, match=re.escape(why)):
+            schema_regex({"type": "string", "pattern": pattern})
+
+
 _PATTERNS_WITH_FORMATS = [("^([0-9]{4})(-([0-9]{2}))?(-([0-9]{2}))?$", "date"), ("^\\d{4}-\\d{2}-29$", "date"),
                           ("^[a-z.]+@example\\.(com|org)$", "email"), ("^10\\.", "ipv4"), ("T1", "date-time"),
                           ("^[0-9a-f-]+$", "uuid"), ("^https://", "uri"), ("^[^.]*$", "hostname"), ("^2", "time")]
@@ -270,8 +313,8 @@ def test_bad_schemas_get_typed_errors_naming_keyword_and_pointer():
         ({"type": "number", "minimum": 0.00005}, UnsupportedSchemaError, "minimum", "#"),
         ({"type": "number", "minimum": -0.5, "maximum": 0.00005}, UnsupportedSchemaError, "maximum", "#"),
         ({"type": "wat"}, SchemaError, "type", "#"),
-        ({"properties": {"o": {"patternProperties": {"(?=a)": {"type": "integer"}}}}}, UnsupportedSchemaError, "pattern",
-         "#/properties/o/patternProperties/(?=a)"),
+        ({"properties": {"o": {"patternProperties": {"(?<!a)b": {"type": "integer"}}}}}, UnsupportedSchemaError,
+         "pattern", "#/properties/o/patternProperties/(?<!a)b"),
         ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, UnsupportedSchemaError, "oneOf", "#"),
     ]
     for schema, error, keyword, pointer in cases:
