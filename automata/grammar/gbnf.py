@@ -1,7 +1,8 @@
 """GBNF, llama.cpp's grammar syntax, read into the grammar IR (``automata.grammar.ir``).
 
 The syntax is the one llama.cpp's ``grammars/README.md`` defines and its parser (``src/llama-grammar.cpp``)
-accepts: rules ``name ::= alternatives`` with names of ``[a-zA-Z0-9-]``; string literals ``"..."``; character
+accepts: rules ``name ::= alternatives`` with names of ``[a-zA-Z0-9-]`` (and ``_``, which llama.cpp refuses but
+XGrammar's and vLLM's GBNF accept: ``select_stmt``; no llama.cpp grammar changes meaning); string literals ``"..."``; character
 classes ``[...]`` with ranges and ``^``; ``.`` (any character); groups ``(...)``; ``|``; the quantifiers
 ``* + ? {m} {m,} {m,n}`` on the item before them (a whole literal, class, reference or group); escapes ``\\xHH
 \\uHHHH \\UHHHHHHHH \\t \\r \\n \\\\ \\" \\[ \\] \\-`` (any other escape is an error); ``#`` comments. Space and
@@ -42,7 +43,7 @@ from automata.grammar.ir import (
 __all__ = ["parse_gbnf", "MAX_REPETITION"]
 
 MAX_REPETITION = 2000  # llama.cpp's MAX_REPETITION_THRESHOLD
-_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-")
+_WORD = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 _SIMPLE_ESCAPES = {"t": "\t", "r": "\r", "n": "\n", "\\": "\\", '"': '"', "[": "[", "]": "]", "-": "-"}
 _HEX_DIGITS = {"x": 2, "u": 4, "U": 8}
 

@@ -233,6 +233,9 @@ class _Parser:
             self.fail(tok.text, f"{tok.text} is not supported", tok.at, error=UnsupportedGrammarError)
 
     def imports(self, directive: _Tok) -> None:
+        if self.peek().kind == "PUNCT" and self.peek().text == ".":  # %import .module.NAME: a file beside this one
+            self.fail("import", "relative %import (a grammar file beside this one): only Lark's common terminals are "
+                      "supported", directive.at, error=UnsupportedGrammarError)
         path = [self.take()]
         while self.peek().kind == "PUNCT" and self.peek().text == ".":
             self.take()
@@ -453,3 +456,4 @@ def _renamed(expr: Expr) -> Expr:
     if isinstance(expr, Repeat):
         return Repeat(_renamed(expr.item), expr.min, expr.max)
     return expr
+

@@ -79,6 +79,9 @@ def _written(grammar: Grammar, max_length: int, otherwise) -> "_Writer":
     grammar = _without_immediate_recursion(grammar.lowered())
     writer = _Writer(grammar, max_length)
     for members in _components(grammar):
+        for name in members:  # (the rules the start reaches, before any is written)
+            for regex in _regexes(grammar.rules[name].body):
+                _check_regex(regex, grammar.rules[name])
         if len(members) == 1 and members[0] not in writer.recursive:
             writer.done[members[0]] = writer.write(grammar.rules[members[0]].body)
             continue
@@ -201,11 +204,8 @@ class _Writer:
             return f"(?i:{text})" if expr.ignore_case and text else text
         if isinstance(expr, CharClass):
             return _class(expr)
-        if isinstance(expr, Regex):
+        if isinstance(expr, Regex):  # (its flags and syntax checked before: ``_check_regex``)
             flags = "".join(f for f in expr.flags if f != "u")
-            if set(flags) - set("is"):
-                raise UnsupportedGrammarError(f"regex /{expr.pattern}/{expr.flags}: only the flags i, s and u are "
-                                              "supported in a compiled grammar", construct=f"regex flags {flags}")
             return f"(?{flags}:{expr.pattern})" if flags else f"(?:{expr.pattern})"
         if isinstance(expr, Ref):
             return f"(?:{self.done[expr.name]})"
@@ -439,3 +439,48 @@ def _class(cls: CharClass) -> str:
         return _NOTHING
     body = "".join(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}" for lo, hi in ranges)
     return f"[{'^' if cls.negated else ''}{body}]"
+
+
+def _regexes(expr: Expr):
+    """Every ``Regex`` inside ``expr``."""
+    if isinstance(expr, Regex):
+        yield expr
+    for inner in getattr(expr, "items", None) or getattr(expr, "options", None) or ():
+        yield from _regexes(inner)
+    if isinstance(expr, Repeat):
+        yield from _regexes(expr.item)
+
+
+def _check_regex(regex: Regex, rule: Rule) -> None:
+    """Refuses, naming the rule and its line, a Lark regex terminal a compiled grammar cannot read: flags other than
+    i, s, u, and lookarounds (Lark's may look past the terminal's own text, into what follows it)."""
+    flags = "".join(f for f in regex.flags if f != "u")
+    where = dict(line=rule.at.line, column=rule.at.column, rule=rule.name)
+    if set(flags) - set("is"):
+        raise UnsupportedGrammarError(f"regex /{regex.pattern}/{regex.flags} in {rule.name}: only the flags i, s "
+                                      "and u are supported in a compiled grammar", construct=f"regex flags {flags}",
+                                      **where)
+    if _has_lookaround(regex.pattern):
+        raise UnsupportedGrammarError(f"regex /{regex.pattern}/ in {rule.name}: lookarounds are not supported in a "
+                                      "compiled grammar", construct="lookaround", **where)
+
+
+def _has_lookaround(pattern: str) -> bool:
+    """Whether a Python regex holds ``(?=``, ``(?!``, ``(?<=`` or ``(?<!`` outside escapes and classes."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class, i = True, i + 1
+            i += pattern.startswith("^", i)
+            i += pattern.startswith("]", i)  # (a "]" first in a class is a member of it)
+            continue
+        elif pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
+            return True
+        i += 1
+    return False

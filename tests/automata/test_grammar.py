@@ -32,7 +32,7 @@ from automata.grammar import (
     UnsupportedGrammarError,
     parse_grammar,
 )
-from automata.grammar.regular import to_regex
+from automata.grammar.regular import call_regexes, to_regex
 from automata.grammar.sample import sample
 from bpe.assets import LLAMA_CPP_GRAMMARS, asset_path
 
@@ -152,6 +152,9 @@ def test_gbnf_syntax_details_as_llama_cpp_reads_them():
     # empty alternatives, empty literals, reversed ranges (nothing)
     r = Recognizer(parse_grammar('root ::= | "x" "" [b-a]?\n'))
     assert r.accepts("") and r.accepts("x") and not r.accepts("a")
+    # "_" in rule names, as XGrammar's and vLLM's GBNF write them (vLLM's SQL grammar: select_stmt)
+    r = Recognizer(parse_grammar('root ::= select_stmt\nselect_stmt ::= "SELECT " col_name\ncol_name ::= [a-z]+\n'))
+    assert r.accepts("SELECT ab") and not r.accepts("SELECT ")
 
 
 BAD_GBNF = [
@@ -325,6 +328,7 @@ BAD_LARK = [
     ('_sep{x}: x ("," x)*\nstart: "a"\n', UnsupportedGrammarError, "template", 1, 5),
     ("start: A\n%declare A\n", UnsupportedGrammarError, "%declare", 2, 1),
     ("start: A\n%import other.A\n", UnsupportedGrammarError, "import", 2, 1),
+    ("start: A\n%import .other.A\n", UnsupportedGrammarError, "import", 2, 1),
     ("start: a b\na: \"x\"\n", UndefinedRuleError, "undefined name", 1, 10),
     ('start: "a"\nstart: "b"\n', GrammarSyntaxError, "duplicate", 2, 1),
     ('start: "a" <|end|>\n', UnsupportedGrammarError, "special token", 1, 12),
@@ -391,6 +395,12 @@ def test_lark_regex_flags_and_case_insensitive_literals_in_regexes():
     with pytest.raises(UnsupportedGrammarError) as info:
         to_regex(parse_grammar("start: /a b/x\n", "lark"))
     assert info.value.construct == "regex flags x"
+    # a lookaround may look past the terminal's text: refused naming the terminal and its line, in both compiles
+    for text in ["start: A B\nA: /[?](?![a-z])/\nB: \"b\"\n", 'start: "(" start ")" | A\nA: /a(?<!b)/\n']:
+        for write in (to_regex, call_regexes):
+            with pytest.raises(UnsupportedGrammarError) as info:
+                write(parse_grammar(text, "lark"))
+            assert (info.value.construct, info.value.line, info.value.rule) == ("lookaround", 2, "A"), str(info.value)
 
 
 # ------------------------------------------------------------------ random grammars: the regex is the grammar
