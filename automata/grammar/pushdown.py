@@ -6,12 +6,15 @@ A grammar whose recursion no regex expresses (``"(" expr ")"``, JSON's nesting) 
 DFA over bytes whose marker edges are kept aside as *calls* (state s, callee rule k, return state r): the
 ``CallAutomaton``, every rule's DFA in one table (rule 0 is the start rule's regex, the *root*).
 
-A *configuration* is what the text so far can be in: a set of items (state, stack), a stack being the return
-states of the rules called and not finished (``Configurations`` interns stacks as (return state, parent) pairs,
-stack 0 empty). It is closed under calls (an item at a state with a call to k also stands at k's start, its stack
-pushed with the return state, unless that state only returns: a tail call pushes nothing) and returns (an item at an accepting state of a called rule stands at the return
-state on top of its stack, popped); of the closure only the items that read a byte are kept, and whether one sits
-at an accepting state of the root with an empty stack — where the text may end. ``Configurations`` numbers
+A *configuration* is what the text so far can be in: a set of items (state, stacks), the stacks being the return
+states of the rules called and not finished, as a *node* that stands for a set of stacks shared as a graph
+(``Configurations``: a node is (return state, parent node) pairs and maybe the empty stack; node 0 is the empty
+stack). It is closed under calls (an item at a state with a call to k also stands at k's start, its stacks pushed
+with the return state, unless that state only returns: a tail call pushes nothing) and returns (an item at an
+accepting state of a called rule stands at the return state on top of each of its stacks, popped); of the closure
+only the items that read a byte are kept, those at one state merged into one item (the union of their nodes), and
+whether one sits at an accepting state of the root with the empty stack — where the text may end. So a
+configuration holds at most one item per state, however many ways the rules open so far can nest. ``Configurations`` numbers
 configurations as they are met and fills a configuration's row over the 256 bytes on request (``expand``): a
 deterministic automaton over bytes, infinite in general, built only where a walk goes. Its table has the layout of
 ``automata.dfa.DFA``'s, so the vocabulary-trie walks of regex guides read it unchanged.
@@ -21,11 +24,10 @@ accepting state with the empty stack pops below the base, so ``accepting`` then 
 *exits* (what follows depends on the base; ``product.runtime.pushdown`` reads the rest of such a token with the base
 known). There is no start configuration.
 
-Invariants: a configuration's items are distinct and each reads some byte (or the configuration is the text's end
-only); equal closures are one configuration; ``MISSING`` marks a byte no item reads (and a row not yet expanded,
+Invariants: a configuration's items stand at distinct states and each reads some byte (or the configuration is the
+text's end only); equal closures are one configuration; ``MISSING`` marks a byte no item reads (and a row not yet expanded,
 ``expanded`` says which). Left recursion (a rule that can call itself before reading a byte) is refused when the
-automaton is built: its closure would never end. A configuration past ``max_items`` items (a highly ambiguous
-grammar) raises ``StateLimitError``.
+automaton is built: its closure would never end. A closure past ``max_items`` items raises ``StateLimitError``.
 
 Leaves out: tokens (``product.runtime.pushdown`` builds guides over configurations), grammars whose recursion a
 regex expresses (``regular.to_regex``).
@@ -219,7 +221,18 @@ class Configurations:
 
     ``table``: int32 [capacity, 256] (rows ``0..len(self)-1`` are configurations; a row is filled by ``expand``,
     ``MISSING`` before); ``accepting[c]``: the text may end in configuration c. ``items(c)``: its (states, stacks)
-    arrays. Stacks: ``stack_return[i]``, ``stack_parent[i]`` (stack 0 is empty)."""
+    arrays, one item per state.
+
+    A *stack node* stands for a set of stacks, shared as a graph: ``stack_empty[i]`` (the set holds the empty stack)
+    and ``stack_pairs[i]``, (return state, parent node) pairs with distinct return states, sorted — the stacks with
+    that return state on top of one of the parent's. Node 0 is the empty stack alone; a plain stack is one pair
+    without the empty stack (``stack_simple``: plain all the way down, with ``stack_return``/``stack_parent``).
+    Items of a configuration that stand at the same state are one item whose node is the union of theirs
+    (``merge``): a grammar whose open rules can nest in several ways before the text tells them apart (``e ::= ws
+    ...``, ``c ::= ws e "(" c? ")"``, ``d ::= ws e "[" ...``: each space may open any of them) keeps one item per
+    state and a node per level, where a set of separate stacks would grow as 3 to the number of spaces. Invariant:
+    nodes are interned by (empty, pairs) with each pair's parent interned first, so one set of stacks written alike
+    is one node."""
 
     def __init__(self, automaton: CallAutomaton, *, max_items: int = 100_000, relative: bool = False):
         self.automaton, self.max_items = automaton, max_items
@@ -233,8 +246,10 @@ class Configurations:
         # callee's return is its caller's (``"-" factor`` read 64 times in one token stays one frame deep)
         self._only_returns = automaton.accepting & ~self._reads
         self._only_returns[list(self._calls_at)] = False
-        self.stack_return, self.stack_parent, self.stack_depth = [-1], [-1], [0]
-        self._stack_ids: dict[tuple[int, int], int] = {}
+        self.stack_empty, self.stack_pairs = [True], [()]
+        self.stack_return, self.stack_parent, self.stack_depth, self.stack_simple = [-1], [-1], [0], [True]
+        self._stack_ids: dict[tuple, int] = {(True, ()): 0}
+        self._merged: dict[frozenset, int] = {}
         self._ids: dict[tuple, int] = {}
         self._closures: dict[tuple[int, int], tuple[frozenset, bool]] = {}
         self._columns: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
@@ -254,10 +269,11 @@ class Configurations:
         return self._items[config]
 
     def depth(self, stack: int) -> int:
+        """The most frames of the node's stacks."""
         return self.stack_depth[stack]
 
     def frames(self, stack: int, base: int = 0) -> list[int]:
-        """The return states of ``stack`` above ``base`` (one of its ancestors), top first."""
+        """The return states of a plain ``stack`` above ``base`` (one of its ancestors), top first."""
         out = []
         while stack != base:
             out.append(self.stack_return[stack])
@@ -265,7 +281,7 @@ class Configurations:
         return out
 
     def base(self, stacks) -> int:
-        """The deepest stack that every one of ``stacks`` holds (their common ancestor)."""
+        """The deepest stack that every one of the plain ``stacks`` holds (their common ancestor)."""
         stacks = set(stacks)
         while len(stacks) > 1:
             deepest = max(stacks, key=self.stack_depth.__getitem__)
@@ -279,19 +295,56 @@ class Configurations:
             stack = self._push(stack, ret)
         return stack
 
+    def moved(self, stack: int, onto: "Configurations", base: int, memo: dict) -> int:
+        """Node ``stack`` of these (relative) configurations as a node of ``onto``, the empty stack standing for
+        ``onto``'s node ``base`` (``memo``: nodes moved so far, for one ``onto`` and ``base``)."""
+        if stack == 0:
+            return base
+        found = memo.get(stack)
+        if found is None:
+            pairs = onto._node(False, [(ret, self.moved(parent, onto, base, memo))
+                                       for ret, parent in self.stack_pairs[stack]])
+            found = memo[stack] = onto.merge([pairs, base]) if self.stack_empty[stack] else pairs
+        return found
+
     def intern(self, pairs) -> int:
         """The configuration of the closure of (state, stack) ``pairs`` (MISSING: none)."""
         return self._intern(pairs)
 
     def _push(self, stack: int, ret: int) -> int:
-        key = (ret, stack)
+        return self._node(False, [(ret, stack)])
+
+    def _node(self, empty: bool, pairs) -> int:
+        """The node of the stacks ``pairs`` describe (and the empty one, if ``empty``), interned: pairs with one
+        return state are one pair, their parents merged."""
+        by_return: dict[int, list[int]] = {}
+        for ret, parent in pairs:
+            by_return.setdefault(ret, []).append(parent)
+        canonical = tuple(sorted((ret, parents[0] if len(parents) == 1 else self.merge(parents))
+                                 for ret, parents in by_return.items()))
+        key = (empty, canonical)
         i = self._stack_ids.get(key)
         if i is None:
-            i = self._stack_ids[key] = len(self.stack_return)
-            self.stack_return.append(ret)
-            self.stack_parent.append(stack)
-            self.stack_depth.append(self.stack_depth[stack] + 1)
+            i = self._stack_ids[key] = len(self.stack_pairs)
+            self.stack_empty.append(empty)
+            self.stack_pairs.append(canonical)
+            self.stack_depth.append(max([self.stack_depth[p] + 1 for _, p in canonical], default=0))
+            simple = not empty and len(canonical) == 1 and self.stack_simple[canonical[0][1]]
+            self.stack_simple.append(simple)
+            self.stack_return.append(canonical[0][0] if simple else -1)
+            self.stack_parent.append(canonical[0][1] if simple else -1)
         return i
+
+    def merge(self, stacks) -> int:
+        """The node of the union of the nodes ``stacks``."""
+        stacks = frozenset(stacks)
+        if len(stacks) == 1:
+            return next(iter(stacks))
+        found = self._merged.get(stacks)
+        if found is None:
+            empty = any(self.stack_empty[k] for k in stacks)
+            found = self._merged[stacks] = self._node(empty, [pair for k in stacks for pair in self.stack_pairs[k]])
+        return found
 
     def _closure(self, s: int, stack: int) -> tuple[frozenset, bool]:
         """(items that read a byte, whether the root may end) of the closure of one item, computed once."""
@@ -304,15 +357,15 @@ class Configurations:
                 s, stack = todo.pop()
                 more = [(start, stack if self._only_returns[r] else self._push(stack, r))
                         for start, r in self._calls_at.get(s, ())]
-                if accepting_states[s] and stack:
-                    more.append((self.stack_return[stack], self.stack_parent[stack]))
+                if accepting_states[s]:  # (its rule may end: each stack's top frame returns)
+                    more += self.stack_pairs[stack]
                 for pair in more:
                     if pair not in seen:
                         seen.add(pair)
                         todo.append(pair)
                 if len(seen) > self.max_items:
                     raise self._too_many()
-            ends = any(accepting_states[s] and not stack for s, stack in seen)
+            ends = any(accepting_states[s] and self.stack_empty[stack] for s, stack in seen)
             found = self._closures[key] = (frozenset(p for p in seen if self._reads[p[0]]), ends)
         return found
 
@@ -324,10 +377,12 @@ class Configurations:
         """The configuration of the closure of (state, stack) ``pairs``, numbered on first sight; MISSING if it
         reads nothing and cannot end (a dead text)."""
         closures = [self._closure(s, stack) for s, stack in pairs]
-        kept = frozenset().union(*(c[0] for c in closures))
+        by_state: dict[int, list[int]] = {}
+        for found, _ in closures:
+            for s, stack in found:
+                by_state.setdefault(s, []).append(stack)
+        kept = frozenset((s, stacks[0] if len(stacks) == 1 else self.merge(stacks)) for s, stacks in by_state.items())
         ends = any(c[1] for c in closures)
-        if len(kept) > self.max_items:
-            raise self._too_many()
         if not kept and not ends:
             return MISSING
         key = (ends, kept)

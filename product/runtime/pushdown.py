@@ -102,12 +102,14 @@ class PushdownGuide(LazyGuide):
         """``_complete`` and ``_complete_first`` of the stacks made since the last call (a stack's parent is always
         older than it)."""
         configs, anything, first, nullable = self._configs, self._anything, self._first, self._nullable
-        for stack in range(len(self._complete), len(configs.stack_return)):
-            r, parent = configs.stack_return[stack], configs.stack_parent[stack]
-            below = np.uint64(self._complete[parent])
-            self._complete.append(_bits((anything[r] & below) != 0))
-            self._complete_first.append(_bits((first[r] & below) != 0)
-                                        | (self._complete_first[parent] if nullable[r] else 0))
+        for stack in range(len(self._complete), len(configs.stack_pairs)):  # (a node's stacks: its pairs', the empty)
+            complete, complete_first = self._complete[0] if configs.stack_empty[stack] else 0, 0
+            for r, parent in configs.stack_pairs[stack]:
+                below = np.uint64(self._complete[parent])
+                complete |= _bits((anything[r] & below) != 0)
+                complete_first |= _bits((first[r] & below) != 0) | (self._complete_first[parent] if nullable[r] else 0)
+            self._complete.append(complete)
+            self._complete_first.append(complete_first)
 
     def _first_sets(self, config: int) -> int:
         """Bits of the marked states from which some non-empty completion of the configuration, starting with a
@@ -143,8 +145,8 @@ class PushdownGuide(LazyGuide):
         the base; None where that is the empty stack (the root's) or a token may pop below it at once."""
         configs = self._configs
         states, stacks = configs.items(q)
-        if not len(states):
-            return None
+        if not len(states) or not all(configs.stack_simple[k] for k in stacks.tolist()):
+            return None  # (a node of several stacks has no one base: the row is scanned whole)
         base = configs.base(stacks.tolist())
         if base == 0:
             return None
@@ -160,10 +162,10 @@ class PushdownGuide(LazyGuide):
         key = (rel, base)
         found = self._lifted.get(key)
         if found is None:
-            relative, configs = self._relative, self._configs
+            relative, configs, memo = self._relative, self._configs, {}
             states, stacks = relative.items(rel)
             found = self._lifted[key] = configs.intern(
-                [(s, configs.push_frames(base, relative.frames(k))) for s, k in zip(states.tolist(), stacks.tolist())])
+                [(s, relative.moved(k, configs, base, memo)) for s, k in zip(states.tolist(), stacks.tolist())])
         return found
 
     def _relative_row(self, rel: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
