@@ -49,6 +49,18 @@ def _inner_bytes(canonical: CanonicalAutomaton) -> bytes:
     return per_automaton(canonical, "inner byte pairs as bytes", lambda: _inner_pairs(canonical).tobytes())
 
 
+def _inner_letter_bytes(canonical: CanonicalAutomaton) -> bytes:
+    """``_inner_bytes`` of the pairs of two ASCII letters only: the runs fine cuts read as one character. The finer
+    test may cut where a token holds the bytes around a position (a line break, an indentation), but inside a key's
+    letters some token laid across fits wherever one holds them, and a run only ever forgoes cuts."""
+    def build():
+        letters = np.zeros(256, dtype=bool)
+        letters[[*range(65, 91), *range(97, 123)]] = True
+        return (_inner_pairs(canonical) & letters[:, None] & letters[None, :]).tobytes()
+
+    return per_automaton(canonical, "inner letter pairs as bytes", build)
+
+
 def _inner_pairs(canonical: CanonicalAutomaton) -> np.ndarray:
     """bool[256, 256]: byte x followed by byte y inside some token's bytes (so a token may cross between them)."""
     return _inner_occurrences(canonical)[0]
@@ -88,10 +100,11 @@ class Skeleton:
 
     def __init__(self, pattern: str, leaves: dict[str, str], canonical: CanonicalAutomaton, max_states: int,
                  fine_cuts: bool = False):
-        # runs of literal characters that no cut can split read as one character each (not with fine cuts,
-        # whose test walks the skeleton's texts character by character)
+        # runs of literal characters that no cut can split read as one character each (with fine cuts, runs of
+        # ASCII letters only: the finer test may cut where a token holds the bytes around a position, and a run
+        # only ever forgoes cuts — a key's letters, whose every position some token laid across fits)
         class_target, accepting, start, mapping, runs = _skeleton_dfa(
-            pattern, None if fine_cuts else _inner_bytes(canonical), max_states)
+            pattern, _inner_letter_bytes(canonical) if fine_cuts else _inner_bytes(canonical), max_states)
         # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
         # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
         # look up (Github_easy---o58839: 5,290 states -> 1,234)
@@ -808,10 +821,11 @@ _RUNS = range(0xDC00, 0xE000)  # characters that stand for runs in a skeleton's 
 
 def _skeleton_dfa(pattern: str, inner_pairs: bytes | None, max_states: int):
     """``char_dfa`` of a skeleton, and the runs it reads as one character each (character -> its text): every
-    maximal run of literal characters in a concatenation whose neighbouring bytes are inside some token
-    (``inner_pairs``; None: no runs). No state inside such a run can be cut, and a skeleton is mostly keys and
-    punctuation: read as runs, a median MaskBench skeleton has ~60 positions instead of ~130, and the steps
-    after it (determinising, minimising, cutting, writing fragments) work per position or state."""
+    maximal run of literal characters in a concatenation whose neighbouring bytes are marked in ``inner_pairs``
+    (inside some token: ``_inner_bytes``; with fine cuts, also ASCII letters: ``_inner_letter_bytes``; None: no
+    runs). No state inside such a run can be cut, and a skeleton is mostly keys and punctuation: read as runs, a
+    median MaskBench skeleton has ~60 positions instead of ~130, and the steps after it (determinising,
+    minimising, cutting, writing fragments) work per position or state."""
     runs = _Runs(inner_pairs) if inner_pairs is not None and not _RUN_CHARACTER.search(pattern) else None
     tree = parse.read(pattern, runs) if runs is not None else None
     if tree is None:

@@ -214,7 +214,9 @@ def test_finely_cut_yaml_guides_have_the_whole_regex_masks():
     canonical, runtime = automaton_of("llama3"), runtime_of("llama3")
     schema = {"type": "object", "properties": {"a": {"type": "object", "properties": {  # other keys: anything
         "b": {"type": "object", "properties": {"c": {"type": "integer"}}}, "d": {"type": "string"}}},
-        "e": {"type": "array", "items": {"type": "object", "properties": {"f": {"type": "boolean"}}}}}}
+        # (no other keys here: the whole regex, the reference, stays under the position cap)
+        "e": {"type": "array", "items": {"type": "object", "properties": {"f": {"type": "boolean"}},
+                                         "additionalProperties": False}}}, "additionalProperties": False}
     compiler = Compiler.load(schema, "yaml", leaves=True, any_leaf=False)
     stitched = compile_stitched(compiler.document(), compiler.leaves, canonical, fine_cuts=True)
     whole = product.compile_regex(vegas.schema_regex(schema, "yaml"), canonical)
