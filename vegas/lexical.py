@@ -690,6 +690,7 @@ def _read(pattern: str, pointer: str, keyword: str = "pattern") -> tuple | None:
 
 _AROUND = ("rep", ("set", ANY), 0, None)  # any text before or after a match
 _EMPTY = ("seq", ())
+_MAX_ANCHORED_COPIES = 16  # counted copies of a repeated tree holding an anchor, written out one by one
 
 
 def _searched(body: tuple, reader: _Pattern) -> list[tuple]:
@@ -768,8 +769,10 @@ def _zero_width(node: tuple) -> bool:
 def _anchored(node: tuple, reader: _Pattern) -> dict[tuple[bool, bool], tuple]:
     """A tree with anchors, as trees without: per (holds ``^``, holds ``$``), the characters of the matches that
     pass anchors of those kinds (absent: none do). A match passing ``^`` starts the string, so nothing it reads
-    comes before that ``^``; one passing ``$`` ends it, so nothing comes after. Repetitions of anchored trees are
-    read as their few unrolled counts (``(^a)?``); an unbounded one is refused."""
+    comes before that ``^``; one passing ``$`` ends it, so nothing comes after. A repetition of an anchored tree is
+    its counted copies in sequence (at most ``_MAX_ANCHORED_COPIES``) and, unbounded, a star: plain copies, where a
+    copy passing ``^`` can only be the last to read anything before plain ones (those before it read nothing), and
+    one passing ``$`` the first after which nothing is read (``(a($|/))*``)."""
     kind = node[0]
     if kind == "set":
         return {(False, False): node}
@@ -782,9 +785,27 @@ def _anchored(node: tuple, reader: _Pattern) -> dict[tuple[bool, bool], tuple]:
         ways = _anchored(inner, reader)
         if set(ways) == {(False, False)}:
             return {(False, False): ("rep", ways[False, False], lo, hi)}
-        if hi is None or hi > 4:
-            reader.fail("an anchor inside a repetition", unsupported=True)
-        node, kind = ("alt", tuple(("seq", (inner,) * k) for k in range(lo, hi + 1))), "alt"
+        if (hi if hi is not None else lo + 1) > _MAX_ANCHORED_COPIES:
+            reader.fail("an anchor inside a repetition of more than "
+                        f"{_MAX_ANCHORED_COPIES} counted copies", unsupported=True)
+        # X{lo,hi} is lo copies, then hi - lo optional ones (or X* for no hi), each read as a part of a sequence
+        rest = [("opt", inner)] * (hi - lo) if hi is not None else [("star", inner)]
+        node, kind = ("seq", (inner,) * lo + tuple(rest)), "seq"
+    if kind == "opt":
+        return _anchored(("alt", (_EMPTY, node[1])), reader)
+    if kind == "star":  # X*: plain copies, but for the last copy passing "^" first and the first passing "$" last
+        ways = _anchored(node[1], reader)
+        plain = ("rep", ways[False, False], 0, None) if (False, False) in ways else _EMPTY
+        out = {(False, False): plain}
+        if (True, False) in ways:
+            out[True, False] = _seq(ways[True, False], plain)
+        if (False, True) in ways:
+            out[False, True] = _seq(plain, ways[False, True])
+        both = ([_seq(_seq(ways[True, False], plain), ways[False, True])] if (True, False) in ways and
+                (False, True) in ways else []) + ([ways[True, True]] if (True, True) in ways else [])
+        if both:
+            out[True, True] = _union(both)
+        return out
     found: dict[tuple[bool, bool], list[tuple]] = {}
     if kind == "alt":
         for option in node[1]:
