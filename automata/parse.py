@@ -24,7 +24,7 @@ from interegular.patterns import _CHAR_GROUPS, _DOT, Pattern, _CharGroup, _Conca
 
 from automata.budget import checkpoint
 
-__all__ = ["read"]
+__all__ = ["read", "syntax_positions"]
 
 _SPECIAL = frozenset("+?*.$^\\()[|")  # not literal outside a class (as interegular)
 _RESERVED = frozenset("NpPuUAZbB")  # escapes interegular refuses or reads otherwise outside a class
@@ -270,3 +270,24 @@ class _Reader:
         if c in _ASCII_LETTERS or c.isalpha():
             raise _Other  # an unknown letter escape: interegular's syntax error
         return _literal(c)
+
+
+def syntax_positions(pattern: str):
+    """The positions of a Python regex's characters outside escapes and character classes (where ``(``, ``|``,
+    ``(?=`` mean what they say): a ``]`` first in a class, after its ``^`` or not, is a member of it."""
+    i, in_class = 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":
+            in_class, i = True, i + 1
+            i += pattern.startswith("^", i)
+            i += pattern.startswith("]", i)
+            continue
+        else:
+            yield i
+        i += 1

@@ -56,6 +56,7 @@ import numpy as np
 
 from automata import DFA, Alphabet, from_regex
 from automata.errors import CanonmergeError
+from automata.parse import syntax_positions
 from bpe.errors import UnsupportedTokenizerError
 from bpe.model import SplitRule
 from bpe.unicode_classes import GENERAL_CATEGORIES, category_cells, general_categories, property_members
@@ -505,28 +506,16 @@ class _Alternative:
 
 
 def _top_level_split(pattern: str) -> list[str]:
-    parts, depth, in_class, start, i = [], 0, False, 0, 0
-    while i < len(pattern):
+    parts, depth, start = [], 0, 0
+    for i in syntax_positions(pattern):
         c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class = True
-            if pattern[i + 1 : i + 2] == "^":
-                i += 1
-            if pattern[i + 1 : i + 2] == "]":
-                i += 1
-        elif c == "(":
+        if c == "(":
             depth += 1
         elif c == ")":
             depth -= 1
         elif c == "|" and depth == 0:
             parts.append(pattern[start:i])
             start = i + 1
-        i += 1
     parts.append(pattern[start:])
     return parts
 

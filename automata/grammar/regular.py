@@ -47,6 +47,7 @@ from automata.grammar.ir import (
     UnsupportedGrammarError,
     references,
 )
+from automata.parse import syntax_positions
 
 __all__ = ["to_regex", "call_regexes", "call_marker", "MAX_REGEX_LENGTH", "MAX_CALL_RULES"]
 
@@ -467,20 +468,4 @@ def _check_regex(regex: Regex, rule: Rule) -> None:
 
 def _has_lookaround(pattern: str) -> bool:
     """Whether a Python regex holds ``(?=``, ``(?!``, ``(?<=`` or ``(?<!`` outside escapes and classes."""
-    i, in_class = 0, False
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            i += 2
-            continue
-        if in_class:
-            in_class = c != "]"
-        elif c == "[":
-            in_class, i = True, i + 1
-            i += pattern.startswith("^", i)
-            i += pattern.startswith("]", i)  # (a "]" first in a class is a member of it)
-            continue
-        elif pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i):
-            return True
-        i += 1
-    return False
+    return any(pattern.startswith(("(?=", "(?!", "(?<=", "(?<!"), i) for i in syntax_positions(pattern))
