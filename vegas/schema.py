@@ -111,17 +111,23 @@ def _union(parts) -> str | None:
 
 def _ordered(entries: list[tuple[str, bool]], extra: str | None, sep: str) -> tuple[str | None, bool]:
     """The regex of the entries written in order, optional ones possibly absent, joined by ``sep``, then any
-    number of ``extra`` entries; and whether the empty sequence is admitted. Linear in size: each optional entry
-    is written twice (after something, or first), never once per possible predecessor."""
+    number of ``extra`` entries; and whether the empty sequence is admitted.
+
+    Where what comes before may be absent, an entry must be written so that ``sep`` goes only between two: a required
+    one as ``(before sep)?entry``, an optional one either as ``(before(sep entry)?|entry)`` or as ``((before
+    sep)?entry|before)`` — each repeats one of the two, and the shorter is repeated. Always repeating the entry
+    doubled a nested object's text at each level of optional properties (a GitHub schema's skeleton reached 1.2M
+    characters, past the position cap); repeating the shorter side writes a large nested object once."""
     acc, guaranteed = None, False
     for regex, required in entries:
         if acc is None:
             acc, guaranteed = regex, required
         elif guaranteed:
             acc = f"{acc}{sep}{regex}" if required else f"{acc}({sep}{regex})?"
+        elif required:
+            acc, guaranteed = f"({acc}{sep})?{regex}", True
         else:
-            acc = f"({acc}{sep}{regex}|{regex})" if required else f"({acc}({sep}{regex})?|{regex})"
-            guaranteed = required
+            acc = f"({acc}({sep}{regex})?|{regex})" if len(regex) <= len(acc) else f"(({acc}{sep})?{regex}|{acc})"
     if extra is not None:
         more = f"({sep}{extra})*"
         acc = f"{acc}{more}" if acc is not None and guaranteed else \
@@ -786,6 +792,12 @@ class Compiler:
         if lo > most:
             return None
         nonempty = None
+        if self.style == "yaml" and lead == sep and not slots and most >= 1 and rest is not None:
+            # a block under a key: every item after the same line break and indentation, the first too, so the
+            # items are one repetition and the item's text is written once (a first item apart doubled a nested
+            # array's text at each level: a GitHub schema's skeleton reached 1.2M characters)
+            items = lexical.repeat(f"{sep}{dash}{rest}", max(lo, 1), None if most == math.inf else most)
+            return _union([items, pos.scalar_lead() + "\\[\\]" if lo == 0 else None])
         if most >= 1:
             # after[k]: the text after item k, each further item written with its separator; built from the end.
             m = max(len(slots), 1)
