@@ -88,6 +88,10 @@ _ANYTHING: dict[tuple, str | None] = {}
 # compiled are ~0.3M. Unrolled recursion multiplies the text level by level (Github_hard o69211: 2.8M characters
 # at one level, 60x that at the next, 19 GB before its budget stopped it).
 _MAX_SKELETON_CHARACTERS = 8_000_000
+# Values (a schema at a position) one document writes at most: real schemas write a few hundred (the 40 largest
+# first-sight MaskBench schemas at most 472); recursion unrolled through oneOf wrote 272k in 13 s before the
+# skeleton's text reached its cap (JSON Schema Store's accelerator, YAML), and stops here in ~0.5 s.
+_MAX_VALUES = 10_000
 
 
 @dataclass
@@ -158,6 +162,7 @@ class Compiler:
         self.ref_alone = _ref_alone(root)
         self.max_recursion, self.any_depth = max_recursion, any_depth
         self._memo: dict = {}
+        self._written = 0  # values written (memo misses), against ``_MAX_VALUES``
         # max_recursion=None: recursive $ref targets called, not unrolled (pointer -> (schema, JSON types))
         self.calls: dict[str, tuple] = {}
         # leaves=True: scalar values and free keys are written as placeholder characters standing for their
@@ -648,10 +653,16 @@ class Compiler:
             self._memo[key] = (schema, self.leaf(_ANYTHING[anything]))
         if key not in self._memo:
             checkpoint()  # (the compile's budget: unrolled recursion can multiply the values to write)
+            self._written += 1
+            if self._written > _MAX_VALUES:
+                raise StateLimitError(f"the schema at {pointer} writes more than {_MAX_VALUES:,} values (each level of "
+                                      "unrolled recursion multiplies them: pass a smaller max_recursion, or "
+                                      "max_recursion=None in JSON)")
             parts = [self.typed(alt, t, pos) for alt in self.alternatives(schema, pointer, stack) for t in alt.types]
             regex = _union(self._merge_leaves(parts))
-            if regex is not None and self.leaves is not None and len(regex) > _MAX_SKELETON_CHARACTERS:
-                raise StateLimitError(f"the skeleton's text at {pointer} outgrows {_MAX_SKELETON_CHARACTERS:,} "
+            if regex is not None and len(regex) > _MAX_SKELETON_CHARACTERS:
+                raise StateLimitError(f"the {'skeleton' if self.leaves is not None else 'regex'}'s text at {pointer} "
+                                      f"outgrows {_MAX_SKELETON_CHARACTERS:,} "
                                       "characters (each level of unrolled recursion multiplies it: pass a smaller "
                                       "max_recursion, or max_recursion=None in JSON)")
             self._memo[key] = (schema, regex)

@@ -355,15 +355,20 @@ def test_recursion_through_one_of_unrolls_max_recursion_times(max_recursion):
 
 
 def test_unrolling_that_multiplies_the_skeleton_stops_with_a_typed_error(monkeypatch):
-    """40 properties each recursing: each level of unrolling writes 40 times the objects of the one below. The
-    skeleton's walk checks the compile's budget at every value (it once ran 127 s and 19 GB past a 30 s budget) and
-    refuses a skeleton text past ``_MAX_SKELETON_CHARACTERS`` as soon as it is written."""
+    """40 properties each recursing: each level of unrolling writes 40 times the objects of the one below. The walk
+    stops past ``_MAX_VALUES`` values written (real schemas write a few hundred); it checks the compile's budget at
+    every value (it once ran 127 s and 19 GB past a 30 s budget); and it refuses a text past
+    ``_MAX_SKELETON_CHARACTERS`` as soon as it is written, a skeleton's or, written whole, a regex's (a 4-key
+    recursion unrolled 8 times wrote 0.5 GB of regex and was killed for memory)."""
     import vegas.schema
     from automata.budget import CompileBudget, CompileTimeoutError
 
     wide = {"$defs": {"n": {"type": "object", "properties": {
         f"p{i}": {"anyOf": [{"$ref": "#/$defs/n"}, {"type": "null"}]} for i in range(40)}}}, "$ref": "#/$defs/n"}
     canonical = automaton_of("gpt2")
+    with pytest.raises(StateLimitError, match="writes more than 10,000 values"):
+        vegas.compile_schema(wide, canonical, library_dir=False, lazy=True, max_recursion=4)
+    monkeypatch.setattr(vegas.schema, "_MAX_VALUES", 10**9)  # (then the budget stops the walk)
     started = time.monotonic()
     with pytest.raises(CompileTimeoutError):
         vegas.compile_schema(wide, canonical, library_dir=False, lazy=True, max_recursion=4,
@@ -372,6 +377,11 @@ def test_unrolling_that_multiplies_the_skeleton_stops_with_a_typed_error(monkeyp
     monkeypatch.setattr(vegas.schema, "_MAX_SKELETON_CHARACTERS", 100_000)
     with pytest.raises(StateLimitError, match="skeleton's text at #.* outgrows 100,000 characters"):
         vegas.compile_schema(wide, canonical, library_dir=False, lazy=True)
+    monkeypatch.undo()
+    fanned = {"$defs": {"n": {"type": "object", "properties": {k: {"$ref": "#/$defs/n"} for k in "abcd"}}},
+              "$ref": "#/$defs/n"}
+    with pytest.raises(StateLimitError, match="regex's text at #.* outgrows 8,000,000 characters"):
+        schema_regex(fanned, max_recursion=8)
 
 
 def test_schemas_come_as_dicts_json_strings_or_model_classes():
