@@ -50,8 +50,8 @@ def compile_grammar(text: str, canonical: CanonicalAutomaton, *, syntax: str = "
 
     Errors: ``automata.grammar.GrammarSyntaxError``, ``UndefinedRuleError`` and ``UnsupportedGrammarError`` (all
     ``GrammarError``, a ``CanonmergeError``, with ``construct``, ``line``, ``column``), the last also for left
-    recursion and for a recursive grammar with ``canonical_only=False`` or a tokenizer without pre-tokenizer
-    splits; then ``compile_regex``'s (``EmptyLanguageError``, ``StateLimitError``,
+    recursion, lookarounds in Lark regex terminals, and a recursive grammar with ``canonical_only=False`` or a
+    tokenizer without pre-tokenizer splits; then ``compile_regex``'s (``EmptyLanguageError``, ``StateLimitError``,
     ``CompileBudgetError`` past ``budget``, ``bpe.MissingEOSError``).
     """
     grammar = parse_grammar(text, syntax, start)
