@@ -472,6 +472,9 @@ def _lark_shipped(name: str) -> str:
 
 
 @pytest.mark.slow  # (~15 s: Lark's complete-lexing Earley parser is slow on its own grammar)
+# Lark matches an %ignore terminal greedily at its start (lark.lark's COMMENT runs to the line's end: "a//:" is not a
+# grammar; here a comment may end anywhere): the known difference docs/design.md names. strict: passes once fixed.
+@pytest.mark.xfail(strict=True, reason="%ignore pieces are not greedy here, as Lark's are")
 @settings(max_examples=6)
 @given(rng=st.randoms(use_true_random=False))
 def test_larks_own_grammar_of_lark_parses_and_the_recognizer_agrees_with_lark(rng):
