@@ -789,10 +789,8 @@ def _anchored(node: tuple, reader: _Pattern) -> dict[tuple[bool, bool], tuple]:
             reader.fail("an anchor inside a repetition of more than "
                         f"{_MAX_ANCHORED_COPIES} counted copies", unsupported=True)
         # X{lo,hi} is lo copies, then hi - lo optional ones (or X* for no hi), each read as a part of a sequence
-        rest = [("opt", inner)] * (hi - lo) if hi is not None else [("star", inner)]
+        rest = [("alt", (_EMPTY, inner))] * (hi - lo) if hi is not None else [("star", inner)]
         node, kind = ("seq", (inner,) * lo + tuple(rest)), "seq"
-    if kind == "opt":
-        return _anchored(("alt", (_EMPTY, node[1])), reader)
     if kind == "star":  # X*: plain copies, but for the last copy passing "^" first and the first passing "$" last
         ways = _anchored(node[1], reader)
         plain = ("rep", ways[False, False], 0, None) if (False, False) in ways else _EMPTY

@@ -83,11 +83,12 @@ _BY_TYPE = {
 _BY_TYPE["integer"] = _BY_TYPE["number"]
 # (style, strict, any_depth, position, depth) -> the regex of any value written there (``Compiler.value``)
 _ANYTHING: dict[tuple, str | None] = {}
-# A skeleton's text past which its walk stops (``Compiler.value``): skeletons read literal runs as one position each,
+# A value's text past which the walk stops (``Compiler.value``; a skeleton's, or a whole regex's where no leaves are
+# written — which no compile reads past 1.92M characters anyway): skeletons read literal runs as one position each,
 # so a compiled one can be longer than a regex (1.92M characters, ``automata.glushkov``); MaskBench's largest
 # compiled are ~0.3M. Unrolled recursion multiplies the text level by level (Github_hard o69211: 2.8M characters
 # at one level, 60x that at the next, 19 GB before its budget stopped it).
-_MAX_SKELETON_CHARACTERS = 8_000_000
+_MAX_TEXT_CHARACTERS = 8_000_000
 # Values (a schema at a position) one document writes at most: real schemas write a few hundred (the 40 largest
 # first-sight MaskBench schemas at most 472); recursion unrolled through oneOf wrote 272k in 13 s before the
 # skeleton's text reached its cap (JSON Schema Store's accelerator, YAML), and stops here in ~0.5 s.
@@ -660,9 +661,9 @@ class Compiler:
                                       "max_recursion=None in JSON)")
             parts = [self.typed(alt, t, pos) for alt in self.alternatives(schema, pointer, stack) for t in alt.types]
             regex = _union(self._merge_leaves(parts))
-            if regex is not None and len(regex) > _MAX_SKELETON_CHARACTERS:
+            if regex is not None and len(regex) > _MAX_TEXT_CHARACTERS:
                 raise StateLimitError(f"the {'skeleton' if self.leaves is not None else 'regex'}'s text at {pointer} "
-                                      f"outgrows {_MAX_SKELETON_CHARACTERS:,} "
+                                      f"outgrows {_MAX_TEXT_CHARACTERS:,} "
                                       "characters (each level of unrolled recursion multiplies it: pass a smaller "
                                       "max_recursion, or max_recursion=None in JSON)")
             self._memo[key] = (schema, regex)

@@ -242,6 +242,20 @@ def references(expr: Expr) -> Iterator[Ref]:
         yield from references(expr.item)
 
 
+def regexes(expr: Expr) -> Iterator[Regex]:
+    """Every ``Regex`` inside ``expr``, in writing order."""
+    if isinstance(expr, Regex):
+        yield expr
+    elif isinstance(expr, Sequence):
+        for item in expr.items:
+            yield from regexes(item)
+    elif isinstance(expr, Choice):
+        for option in expr.options:
+            yield from regexes(option)
+    elif isinstance(expr, Repeat):
+        yield from regexes(expr.item)
+
+
 def derives_empty(expr: Expr, nullable: set[str]) -> bool:
     """Whether ``expr`` matches the empty string, given the rules known to (``nullable``)."""
     if isinstance(expr, Literal):

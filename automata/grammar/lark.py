@@ -456,4 +456,3 @@ def _renamed(expr: Expr) -> Expr:
     if isinstance(expr, Repeat):
         return Repeat(_renamed(expr.item), expr.min, expr.max)
     return expr
-

@@ -226,7 +226,7 @@ class Configurations:
     A *stack node* stands for a set of stacks, shared as a graph: ``stack_empty[i]`` (the set holds the empty stack)
     and ``stack_pairs[i]``, (return state, parent node) pairs with distinct return states, sorted — the stacks with
     that return state on top of one of the parent's. Node 0 is the empty stack alone; a plain stack is one pair
-    without the empty stack (``stack_simple``: plain all the way down, with ``stack_return``/``stack_parent``).
+    without the empty stack (``stack_simple``: plain all the way down).
     Items of a configuration that stand at the same state are one item whose node is the union of theirs
     (``merge``): a grammar whose open rules can nest in several ways before the text tells them apart (``e ::= ws
     ...``, ``c ::= ws e "(" c? ")"``, ``d ::= ws e "[" ...``: each space may open any of them) keeps one item per
@@ -247,7 +247,7 @@ class Configurations:
         self._only_returns = automaton.accepting & ~self._reads
         self._only_returns[list(self._calls_at)] = False
         self.stack_empty, self.stack_pairs = [True], [()]
-        self.stack_return, self.stack_parent, self.stack_depth, self.stack_simple = [-1], [-1], [0], [True]
+        self.stack_depth, self.stack_simple = [0], [True]
         self._stack_ids: dict[tuple, int] = {(True, ()): 0}
         self._merged: dict[frozenset, int] = {}
         self._ids: dict[tuple, int] = {}
@@ -276,8 +276,8 @@ class Configurations:
         """The return states of a plain ``stack`` above ``base`` (one of its ancestors), top first."""
         out = []
         while stack != base:
-            out.append(self.stack_return[stack])
-            stack = self.stack_parent[stack]
+            ret, stack = self.stack_pairs[stack][0]
+            out.append(ret)
         return out
 
     def base(self, stacks) -> int:
@@ -286,7 +286,7 @@ class Configurations:
         while len(stacks) > 1:
             deepest = max(stacks, key=self.stack_depth.__getitem__)
             stacks.discard(deepest)
-            stacks.add(self.stack_parent[deepest])
+            stacks.add(self.stack_pairs[deepest][0][1])
         return stacks.pop()
 
     def push_frames(self, stack: int, frames: list[int]) -> int:
@@ -331,8 +331,6 @@ class Configurations:
             self.stack_depth.append(max([self.stack_depth[p] + 1 for _, p in canonical], default=0))
             simple = not empty and len(canonical) == 1 and self.stack_simple[canonical[0][1]]
             self.stack_simple.append(simple)
-            self.stack_return.append(canonical[0][0] if simple else -1)
-            self.stack_parent.append(canonical[0][1] if simple else -1)
         return i
 
     def merge(self, stacks) -> int:

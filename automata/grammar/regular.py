@@ -46,6 +46,7 @@ from automata.grammar.ir import (
     Sequence,
     UnsupportedGrammarError,
     references,
+    regexes,
 )
 from automata.parse import syntax_positions
 
@@ -81,7 +82,7 @@ def _written(grammar: Grammar, max_length: int, otherwise) -> "_Writer":
     writer = _Writer(grammar, max_length)
     for members in _components(grammar):
         for name in members:  # (the rules the start reaches, before any is written)
-            for regex in _regexes(grammar.rules[name].body):
+            for regex in regexes(grammar.rules[name].body):
                 _check_regex(regex, grammar.rules[name])
         if len(members) == 1 and members[0] not in writer.recursive:
             writer.done[members[0]] = writer.write(grammar.rules[members[0]].body)
@@ -440,16 +441,6 @@ def _class(cls: CharClass) -> str:
         return _NOTHING
     body = "".join(_class_char(lo) if lo == hi else f"{_class_char(lo)}-{_class_char(hi)}" for lo, hi in ranges)
     return f"[{'^' if cls.negated else ''}{body}]"
-
-
-def _regexes(expr: Expr):
-    """Every ``Regex`` inside ``expr``."""
-    if isinstance(expr, Regex):
-        yield expr
-    for inner in getattr(expr, "items", None) or getattr(expr, "options", None) or ():
-        yield from _regexes(inner)
-    if isinstance(expr, Repeat):
-        yield from _regexes(expr.item)
 
 
 def _check_regex(regex: Regex, rule: Rule) -> None:

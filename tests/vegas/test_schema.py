@@ -358,7 +358,7 @@ def test_unrolling_that_multiplies_the_skeleton_stops_with_a_typed_error(monkeyp
     """40 properties each recursing: each level of unrolling writes 40 times the objects of the one below. The walk
     stops past ``_MAX_VALUES`` values written (real schemas write a few hundred); it checks the compile's budget at
     every value (it once ran 127 s and 19 GB past a 30 s budget); and it refuses a text past
-    ``_MAX_SKELETON_CHARACTERS`` as soon as it is written, a skeleton's or, written whole, a regex's (a 4-key
+    ``_MAX_TEXT_CHARACTERS`` as soon as it is written, a skeleton's or, written whole, a regex's (a 4-key
     recursion unrolled 8 times wrote 0.5 GB of regex and was killed for memory)."""
     import vegas.schema
     from automata.budget import CompileBudget, CompileTimeoutError
@@ -374,7 +374,7 @@ def test_unrolling_that_multiplies_the_skeleton_stops_with_a_typed_error(monkeyp
         vegas.compile_schema(wide, canonical, library_dir=False, lazy=True, max_recursion=4,
                              budget=CompileBudget(seconds=1.0))
     assert time.monotonic() - started < 2.0  # (within 2x the budget, as every compile's)
-    monkeypatch.setattr(vegas.schema, "_MAX_SKELETON_CHARACTERS", 100_000)
+    monkeypatch.setattr(vegas.schema, "_MAX_TEXT_CHARACTERS", 100_000)
     with pytest.raises(StateLimitError, match="skeleton's text at #.* outgrows 100,000 characters"):
         vegas.compile_schema(wide, canonical, library_dir=False, lazy=True)
     monkeypatch.undo()
