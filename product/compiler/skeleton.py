@@ -352,29 +352,38 @@ class Skeleton:
         # the leaf's closing, from the ways cut at every state that could be; then the literal ways end at the
         # first such state after a closing
         paths = self._paths_to_cuts(root, soft, exceptions, self._cut_possible)
-        keyed = [] if paths is None else [path for path in paths if path[1] is not None]
+        keyed = [] if paths is None else [path for path in paths if path[1] in exceptions]
         if len(keyed) != 1:
             return None
         paths = self._paths_to_cuts(root, soft, exceptions, self._cut_possible, closing=keyed[0][2])
         return None if paths is None else self._key_choice_of(paths, exceptions)
 
-    @staticmethod
-    def _key_choice_of(paths: list, exceptions: dict) -> KeyChoice | None:
-        """``key_choice`` from the ways ``_paths_to_cuts`` found, where they have its shape."""
-        keyed = [path for path in paths if path[1] is not None]
+    def _key_choice_of(self, paths: list, exceptions: dict) -> KeyChoice | None:
+        """``key_choice`` from the ways ``_paths_to_cuts`` found, where they have its shape: one way through a leaf
+        of ``exceptions`` (the key's); the others literal or through another leaf (a ``null`` or ``[]`` beside an
+        object), each written whole where none of its texts starts as a key's does (the prefix, then a character
+        the key's leaf may start with)."""
+        keyed = [path for path in paths if path[1] in exceptions]
         if len(keyed) != 1:
             return None
         ((prefix, leaf, closing, leaf_exit),) = keyed
+        if leaf_exit == END:
+            return None
         generic, excluded = exceptions[leaf]
         openings = _leaf_openings(generic)
         if openings is None or not _prefix_free(generic):
             return None
         words, others = {}, []
-        for text, other_leaf, _, cut in paths:
-            if other_leaf is not None:
+        for text, other_leaf, after, cut in paths:
+            if other_leaf in exceptions:
+                continue
+            if other_leaf is not None:  # (texts: text, a text of the leaf, after)
+                if not _starts_apart(text, _leaf_openings(self._leaves[other_leaf]), prefix, openings):
+                    return None
+                others.append((f"{_escape(text)}(?:{self._leaves[other_leaf]}){_escape(after)}", cut))
                 continue
             if not (text.startswith(prefix) and len(text) > len(prefix) and text[len(prefix)] in openings):
-                others.append((text, cut))  # (no text of the key's way starts so: exits apart)
+                others.append((_escape(text), cut))  # (no text of the key's way starts so: exits apart)
                 continue
             word = text[len(prefix): len(text) - len(closing)]
             if not text.endswith(closing) or word not in excluded:
@@ -384,20 +393,20 @@ class Skeleton:
 
     def _paths_to_cuts(self, root: int, soft: frozenset, exceptions: dict, literal_stop: list[bool],
                        closing: str = "", limit: int = 512):
-        """Every way from ``root`` to the first cut state on it (a way without a leaf: the first state of
-        ``literal_stop`` its text ends with ``closing`` at, or ``END`` where it ends the text and nothing can
-        follow): (literal text before a leaf, the leaf or None, literal text after it, the cut state); None where
-        one reads another leaf, two leaves, may end the text or go on, has a cycle, or there are more than
-        ``limit``."""
+        """Every way from ``root`` to the first cut state on it (a way without a leaf: the first cut state, or the
+        first state of ``literal_stop`` its text ends with ``closing`` at, or ``END`` where it ends the text and
+        nothing can follow): (literal text before a leaf, the leaf or None, literal text after it, the cut state);
+        None where one reads a class of several characters with a leaf among them, two leaves, may end the text or
+        go on, has a cycle, or there are more than ``limit``."""
         found = []
         todo = [("", None, "", root, 0)]
         while todo:
             before, leaf, after, q, depth = todo.pop()
             if depth and q not in soft and (self.cut[q] if leaf is not None else
-                                            literal_stop[q] and before.endswith(closing)):
+                                            self.cut[q] or literal_stop[q] and before.endswith(closing)):
                 found.append((before, leaf, after, q))
-            elif depth and leaf is None and self.accepting[q] and not self._classes_into[q]:
-                found.append((before, leaf, after, END))  # a literal way that ends the text (an empty object)
+            elif depth and self.accepting[q] and not self._classes_into[q]:
+                found.append((before, leaf, after, END))  # a way that ends the text (an empty object, a null)
             elif self.accepting[q] or depth > 256 or not self._classes_into[q]:
                 return None
             else:
@@ -409,7 +418,7 @@ class Skeleton:
                                      (before, leaf, after + x, t, depth + 1) for x in texts]
                             continue
                         chars = self._chars_of[c]
-                        if leaf is not None or len(chars) != 1 or chars[0] not in exceptions:
+                        if leaf is not None or len(chars) != 1 or chars[0] not in self._leaves:
                             return None
                         todo.append((before, chars[0], "", t, depth + 1))
             if len(found) + len(todo) > limit:
@@ -471,8 +480,8 @@ class KeyChoice:
     """A fragment of a skeleton that is a choice of keys (``Skeleton.key_choice``): after ``prefix``, either a text
     of ``generic`` (any key) but none of ``excluded`` (the declared ones) followed by ``closing``, up to the cut
     state ``leaf_exit``; or a word of ``excluded`` followed by ``closing`` (``words``: word -> its cut state; the
-    words not there are not allowed here); or one of ``others`` (text, cut state or ``END``: the text ends there,
-    as after the ``{}`` of an empty top-level object), which start unlike any key.
+    words not there are not allowed here); or one of ``others`` (a regex, cut state or ``END``: the text ends
+    there, as after the ``{}`` of an empty top-level object), whose texts start unlike any key's.
     Invariant: ``generic``'s language is prefix-free, so a key's text is a word exactly when it ends where one does.
     """
 
@@ -482,7 +491,7 @@ class KeyChoice:
     leaf_exit: int
     excluded: tuple[str, ...]
     words: dict
-    others: tuple[tuple[str, int], ...]
+    others: tuple[tuple[str, int], ...]  # (regex, cut state or END)
 
     def regex(self) -> tuple[str, list[int]]:
         """The fragment every schema with this shape shares: the prefix, then any key and the closing (exit 1), or
@@ -490,9 +499,22 @@ class KeyChoice:
         is written (``product.runtime.keyed``)."""
         exits = [self.leaf_exit] + list(dict.fromkeys(cut for _, cut in self.others if cut != END))
         parts = [f"{_escape(self.prefix)}(?:{self.generic}){_escape(self.closing)}{exit_marker(1)}"]
-        parts += [_escape(text) + exit_marker(0 if cut == END else exits.index(cut, 1) + 1)
-                  for text, cut in self.others]  # (whole texts: one may start with the prefix, as "{}" does)
+        parts += [regex + exit_marker(0 if cut == END else exits.index(cut, 1) + 1)
+                  for regex, cut in self.others]  # (whole texts: one may start with the prefix, as "{}" does)
         return "(?:" + "|".join(parts) + ")", exits
+
+
+def _starts_apart(text: str, leaf_openings: frozenset | None, prefix: str, openings: frozenset) -> bool:
+    """Whether no text of ``text`` followed by a leaf whose texts start with ``leaf_openings`` (None: not known)
+    starts as a key's does: ``prefix``, then a character of ``openings``."""
+    n, m = len(prefix), len(text)
+    if text[:n] != prefix[:m]:
+        return True  # (the two differ within both)
+    if m > n:
+        return text[n] not in openings
+    if leaf_openings is None:
+        return False
+    return prefix[m] not in leaf_openings if m < n else not leaf_openings & openings
 
 
 @functools.lru_cache(maxsize=256)

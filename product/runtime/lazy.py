@@ -80,9 +80,14 @@ _ROWS_KEPT = 64  # regex states' rows kept for reuse (``_row``)
 _MAX_FUTURE_STATES = 64
 _SHARED_BYTES = 64 << 20
 # A state on a cycle shares its rows by the cycle (``_Cycle``) up to ``_MAX_CYCLE_STATES`` states, where the tokens
-# holding a byte that leaves it are at most 1/``_EXIT_TOKENS_SHARE`` of the vocabulary (they are read one by one).
+# holding a byte that leaves it are at most 1/``_EXIT_TOKENS_SHARE`` of the vocabulary (they are read one by one). A
+# state reading at least ``_WIDE_BYTES`` bytes takes the cycle it lies on among such states (a string's body, its
+# characters' continuation bytes) before the whole strongly connected component (the body with the escapes, and in
+# an "anything" value the object members around a key).
 _MAX_CYCLE_STATES = 4096
 _EXIT_TOKENS_SHARE = 4
+_WIDE_BYTES = 32
+_HOLDING_SETS_KEPT = 64  # sets of exit bytes whose tokens are kept (``_tokens_holding``: a bool per token each)
 _NARROW_ROW = 1024  # candidates at most: the row is built from the walk, not combined (the walk is short)
 # A forced node whose state reads at most ``_SHORT_ROW`` tokens is tested one step ahead from the row itself
 # (``node_kernels.open_settled``: a pass over the row per pair), not from its edges.
@@ -105,19 +110,21 @@ class _Edges(NamedTuple):
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class _Cycle:
-    """The cycle a regex state lies on — its strongly connected component (``automata.dfa.cycle_region``) — as
-    ``LazyGuide`` shares rows by it. Invariants: ``order`` lists the component's states breadth-first from the state
-    (``rank`` inverts it, -1 outside); ``digest`` names the labelled component — its transitions renumbered by rank
-    (-2 for an edge leaving it), where the text may end, where a boundary is possible (``LazyGuide._break``) — so two
-    states with equal digests read the same tokens into it, to the same ranks and the same settledness;
-    ``exit_tokens`` are the tokens holding a byte some state of it leaves on (ascending): every token whose path
-    leaves the component is among them."""
+    """The cycle a regex state lies on — a strongly connected set of states (``automata.dfa.cycle_region``: of the
+    states reading many bytes, or of all) — as ``LazyGuide`` shares rows by it. Invariants: ``order`` lists its states
+    breadth-first from the state (``rank`` inverts it, -1 outside); ``digest`` names the labelled cycle — its
+    transitions renumbered by rank (-2 for an edge leaving it), where the text may end, where a boundary is possible
+    (``LazyGuide._break``); ``exit_tokens`` are the tokens holding a byte some state of it leaves on (ascending;
+    ``holds_exit`` per token). A token holding none stays in the cycle from any state of it, byte by byte, or stops
+    reading: so two states with equal digests read the same such tokens, to the same ranks and the same
+    settledness. A token holding one may leave the cycle and come back: it is each guide's own."""
 
     digest: bytes
     order: np.ndarray
     rank: np.ndarray
     inside: np.ndarray  # bool per regex state
     exit_tokens: np.ndarray
+    holds_exit: np.ndarray  # bool per token
 
 
 def kept(rows: OrderedDict, key, build):
@@ -183,6 +190,24 @@ def _tokens_by_byte(canonical: CanonicalAutomaton) -> tuple[np.ndarray, np.ndarr
     return per_automaton(canonical, "tokens by byte", build)
 
 
+def _tokens_holding(canonical: CanonicalAutomaton, byte_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The tokens holding one of the bytes (ascending), and as a bool per token; kept per set of bytes (the few a
+    string body or a keyword leaves on)."""
+    table = per_automaton(canonical, "tokens holding bytes", OrderedDict)
+    key = np.asarray(byte_values, dtype=np.uint8).tobytes()
+    found = table.get(key)
+    if found is None:
+        while len(table) >= _HOLDING_SETS_KEPT:
+            table.popitem(last=False)
+        offsets, by_byte = _tokens_by_byte(canonical)
+        tokens = np.unique(np.concatenate([np.zeros(0, np.int64)]
+                                          + [by_byte[offsets[b]:offsets[b + 1]] for b in byte_values]))
+        holds = np.zeros(canonical.vocab_size, dtype=bool)
+        holds[tokens] = True
+        found = table.setdefault(key, (tokens, holds))
+    return found
+
+
 class LazyGuide(Guide):
     """Masks of the canonical tokenizations of a regex's language, nodes built on first visit: a ``Guide`` (states
     ``node * num_merge_classes + merge_class``; the mask cache, ``fill_bitmask``, ``advance``, ``Matcher`` and the
@@ -227,6 +252,7 @@ class LazyGuide(Guide):
         self._descriptors: dict[int, tuple[np.ndarray, tuple]] = {}  # node -> (row descriptor, the arrays it points to)
         self._futures: dict[int, bytes | None] = {}  # regex state -> digest of its future (``_future``)
         self._cycles: dict[int, _Cycle | None] = {}  # regex state -> the cycle it lies on (``_cycle``)
+        self._wide: np.ndarray | None = None  # (``_wide_table``)
         self._shared = _shared_rows(canonical)
         self._forbidden = _forbidden_index(canonical)
         self._eos_array = np.array(self.eos_token_ids, dtype=np.int64)
@@ -529,9 +555,11 @@ class LazyGuide(Guide):
             out.append(whole is not None and bool(self._whole._is_live(whole, mc)))
         return out
 
-    def _alive_by_settled(self, pairs: np.ndarray, within: np.ndarray | None = None) -> np.ndarray:
+    def _alive_by_settled(self, pairs: np.ndarray, within: np.ndarray | None = None,
+                          unless: np.ndarray | None = None) -> np.ndarray:
         """bool per (forced node, merge class) pair: whether one allowed edge reaches a settled node (one whose
-        regex state is ``within``, bool per state, where given: ``_cycle_edges`` proves liveness inside a cycle)."""
+        regex state is ``within``, bool per state, by a token not ``unless``, bool per token, where given:
+        ``_cycle_rows`` proves liveness inside a cycle)."""
         alive = np.zeros(len(pairs), dtype=bool)
         nodes, classes = np.divmod(pairs, self._M)
         qs, ctxs = np.divmod(self._nodes.keys[nodes], self._C)
@@ -551,6 +579,8 @@ class LazyGuide(Guide):
                 by_node.setdefault(n, []).append(i)
         for q, where in by_state.items():
             tokens, targets = self._row(q)
+            if unless is not None:
+                tokens, targets = tokens[~unless[tokens]], targets[~unless[tokens]]
             alive[where] = open_settled(ctxs[where], classes[where], tokens, targets, a.inside_next, a.boundary_next,
                                         _ANYWHERE if within is None else within, self._num_open, self._accepting,
                                         a.context_final, self._break, f.position, f.starts, f.ends, f.offsets,
@@ -559,6 +589,8 @@ class LazyGuide(Guide):
             tokens, _, kind, sure, states = self._edges(n)
             if within is not None:
                 sure = sure & within[states]
+            if unless is not None:
+                sure = sure & ~unless[tokens]
             if (kind[sure] == _X).any():  # a boundary token into a settled node: every class lives
                 alive[where] = True
                 continue
@@ -575,7 +607,8 @@ class LazyGuide(Guide):
             where = np.flatnonzero(pending & (qs == q))
             tokens, targets = self._row(q)
             if within is not None:
-                tokens, targets = tokens[within[targets]], targets[within[targets]]
+                keep = within[targets] if unless is None else within[targets] & ~unless[tokens]
+                tokens, targets = tokens[keep], targets[keep]
             alive[where] = pending_settled(ctxs[where] - self._num_open, classes[where], tokens, targets,
                                            a.pending_offsets, a.pending_tokens, a.pending_next, self._num_open,
                                            self._accepting, a.context_final, self._break, f.position, f.starts,
@@ -634,12 +667,23 @@ class LazyGuide(Guide):
             self._futures[q] = digest
         return self._futures[q]
 
+    def _wide_table(self) -> np.ndarray:
+        """The regex table with only the states reading at least ``_WIDE_BYTES`` bytes and the edges between them."""
+        if self._wide is None:
+            table = self._table
+            wide = (table >= 0).sum(axis=1) >= _WIDE_BYTES
+            self._wide = np.where((table >= 0) & wide[:, None] & wide[np.maximum(table, 0)], table, MISSING)
+        return self._wide
+
     def _cycle(self, q: int) -> _Cycle | None:
-        """The cycle regex state ``q`` lies on (``_Cycle``); None where it lies on none, the cycle is longer than
+        """The cycle regex state ``q`` lies on (``_Cycle``): among the states reading many bytes where it lies on
+        one there, else its strongly connected component; None where it lies on none, the cycle is longer than
         ``_MAX_CYCLE_STATES`` or too many tokens hold a byte leaving it."""
         if q not in self._cycles:
             found = None
-            order = cycle_region(self._table, q, _MAX_CYCLE_STATES)
+            order = cycle_region(self._wide_table(), q, _MAX_CYCLE_STATES)
+            if not len(order):
+                order = cycle_region(self._table, q, _MAX_CYCLE_STATES)
             if len(order):
                 inside = np.zeros(len(self._table), dtype=bool)
                 inside[order] = True
@@ -651,14 +695,13 @@ class LazyGuide(Guide):
                 offsets, by_byte = _tokens_by_byte(self._canonical)
                 exit_bytes = np.flatnonzero(leaves.any(axis=0))
                 if (offsets[exit_bytes + 1] - offsets[exit_bytes]).sum() <= self.vocab_size // _EXIT_TOKENS_SHARE:
-                    exit_tokens = np.unique(np.concatenate([np.zeros(0, np.int64)]
-                                                           + [by_byte[offsets[b]:offsets[b + 1]] for b in exit_bytes]))
+                    exit_tokens, holds_exit = _tokens_holding(self._canonical, exit_bytes)
                     rows, symbols = np.nonzero(table >= 0)  # (its edges, as (state, byte, target), -2 leaving it)
                     targets = np.where(leaves[rows, symbols], -2, rank[to[rows, symbols]])
                     digest = hashlib.blake2b(np.stack([rows, symbols, targets]).astype(np.int32).tobytes(), digest_size=16)
                     digest.update(self._accepting[order].tobytes())
                     digest.update(np.ascontiguousarray(self._break[order]).tobytes())
-                    found = _Cycle(digest.digest(), order, rank, inside, exit_tokens)
+                    found = _Cycle(digest.digest(), order, rank, inside, exit_tokens, holds_exit)
             self._cycles[q] = found
         return self._cycles[q]
 
@@ -668,17 +711,18 @@ class LazyGuide(Guide):
         the cycle, which the cycle's digest fixes — X, Y, Z into settled nodes, and those into forced nodes
         (tokens, kind, the target's rank in the cycle and its context) with whether an allowed edge inside the
         cycle takes the target to a settled node for the merge class the token leaves (then it is live whatever
-        lies past the cycle; the others are each guide's to solve, ``_cycle_layout``)."""
+        lies past the cycle; the others are each guide's to solve, ``_cycle_layout``). Only tokens holding no byte
+        that leaves the cycle are here (the others may leave it and come back)."""
         edges = self._edges(node)
         if len(edges.tokens) <= _NARROW_ROW:
             return False, ()
-        stays = cycle.inside[edges.states]
+        stays = cycle.inside[edges.states] & ~cycle.holds_exit[edges.tokens]
         sure = edges.settled & stays
         settled_rows = tuple(edges.tokens[sure & (edges.kind == k)].astype(np.int32) for k in (_X, _Y, _Z))
         into = ~edges.settled & stays
         tokens, targets = edges.tokens[into], edges.targets[into]
         pairs, inverse = np.unique(targets * self._M + self._canonical.after_class[tokens], return_inverse=True)
-        proven = self._alive_by_settled(pairs, within=cycle.inside)[inverse.ravel()]
+        proven = self._alive_by_settled(pairs, within=cycle.inside, unless=cycle.holds_exit)[inverse.ravel()]
         contexts = self._nodes.keys[targets] % self._C
         return True, (*settled_rows, tokens.astype(np.int32), edges.kind[into],
                       cycle.rank[edges.states[into]].astype(np.int32), contexts.astype(np.int32), proven)
@@ -686,9 +730,9 @@ class LazyGuide(Guide):
     def _cycle_layout(self, node: int, cycle: _Cycle) -> tuple[int, tuple] | None:
         """The node's rows laid out (as ``_layout``) from what guides with its cycle share (``_cycle_rows``, built
         here if none has it yet) and what is this guide's own: the edges into forced nodes of the cycle not proven
-        live there, and the edges leaving the cycle — read from the cycle's exit tokens
-        (``node_kernels.read_tokens``: a free string's closing quote and what follows it, a few hundred tokens)
-        rather than a walk of the vocabulary. None for a narrow row."""
+        live there, and the edges of the tokens holding a byte that leaves the cycle — read through the table
+        (``node_kernels.read_tokens``: a free string's closing quote and what follows it, its escapes, a few
+        thousand tokens) rather than a walk of the vocabulary. None for a narrow row."""
         q, ctx = self._key(node)
         key = ("cycle", cycle.digest, ctx)
         shared = self._shared.get(key)
@@ -705,7 +749,7 @@ class LazyGuide(Guide):
         kept_inside[ask] = self._live_pairs(targets, in_tokens[ask].astype(np.int64))
         a = self._canonical
         reached = read_tokens(self._table, q, cycle.exit_tokens, a.token_blob, a.token_offsets)
-        leaves = (reached >= 0) & ~cycle.inside[np.maximum(reached, 0)]
+        leaves = reached >= 0  # (out of the cycle, or out and back)
         tokens, qs, ctxs, kind, settled = open_edges(cycle.exit_tokens[leaves], reached[leaves], a.inside_next[ctx],
                                                      a.boundary_next[ctx], self._accepting, a.context_final,
                                                      self._break, self._num_open)

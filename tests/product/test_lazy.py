@@ -505,3 +505,37 @@ def test_nodes_on_one_cycle_share_what_stays_in_it(tokenizer, monkeypatch):
         assert (inside in walked) == (i == 0), (i, walked)
         for _ in range(4):
             walk_alike(eager, lazy, rng, 30)
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3"])
+def test_a_key_inside_a_loop_of_members_shares_the_string_bodys_cycle(tokenizer, monkeypatch):
+    """A free key's body lies on the loop of an object's members (key, value, comma, next key: one strongly connected
+    component); its cycle is taken among the states reading many bytes — the body alone — so it shares the rows a
+    string value's body left in another guide: the key's body walks no vocabulary, and the masks stay the eager
+    guide's along the text and along random walks (tokens holding a quote or a backslash may leave the body and come
+    back: read by each guide)."""
+    walked: list[int] = []
+    build_row = LazyGuide._build_row
+    monkeypatch.setattr(LazyGuide, "_build_row", lambda self, q: (walked.append(q), build_row(self, q))[1])
+    store = lazy_module._SharedRows()
+    monkeypatch.setattr(lazy_module, "_shared_rows", lambda canonical: store)
+    rng = np.random.default_rng(7)
+    body = r'"([^"\\]|\\["\\/bfnrt])*"'
+    value = r'\{"x": ' + body + r'\}'
+    members = r'\{(' + body + r': [0-9]+(, ' + body + r': [0-9]+)*)?\}'
+    texts = {value: '{"x": "a free text, with ünïcode, a \\" and more"}',
+             members: '{"a free text, with ünïcode, a \\" and more": 1, "b": 22}'}
+    for i, pattern in enumerate([value, members]):
+        eager, lazy = _pair(tokenizer, pattern)
+        walked.clear()
+        state, reference = lazy.initial_state, eager.initial_state
+        for token in runtime_of(tokenizer).encode(texts[pattern], add_special_tokens=False).ids:
+            assert np.array_equal(eager.allowed(reference), lazy.allowed(state))
+            state, reference = lazy.advance(state, token), eager.advance(reference, token)
+        assert np.array_equal(eager.allowed(reference), lazy.allowed(state)) and lazy.is_accepting(state)
+        inside = lazy._dfa.run(list(b'{"x": "' if i == 0 else b'{"'), lazy._dfa.start)
+        cycle = lazy._cycle(inside)
+        assert cycle is not None and len(cycle.order) < 8  # (the body and its characters' continuation bytes)
+        assert (inside in walked) == (i == 0), (i, walked)
+        for _ in range(4):
+            walk_alike(eager, lazy, rng, 30)
