@@ -84,6 +84,9 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     knows where each accepted string may leave. (``product.stitched`` cuts constraints into fragments this way:
     each exit is a point where the next fragment starts.)
     """
+    spliced = _spliced_exits(pattern, max_states)
+    if spliced is not None:
+        return spliced
     class_target, accepting, start, mapping = char_dfa(pattern, max_states)
     checkpoint()
     class_target, exit_of, exit_sets = read_exits(class_target, accepting, mapping, pattern)
@@ -97,6 +100,89 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     if not dfa.accepting.any():
         raise EmptyLanguageError(f"regex {shown(pattern)} matches no string over the bytes alphabet")
     return dfa, exit_of, exit_sets
+
+
+# A pattern at least this long whose shape is (prefix)(?:leaf)(?:exits) has its leaf's DFA built once per process
+# and spliced (``_spliced_exits``): a schema fragment holding an "anything" value or a format leaf, closed by
+# punctuation that differs with every place the value stands.
+_SPLICE_MIN_LEAF = 2_000
+_LEAVES_KEPT = 32
+
+
+def _spliced_exits(pattern: str, max_states: int) -> tuple[DFA, np.ndarray, list[tuple[int, ...]]] | None:
+    """``from_regex_exits`` of a pattern written as a literal-free-of-exits prefix, a long group (the leaf) and a
+    last group holding every exit marker, where the three DFAs join without a subset construction: the leaf's is
+    built once per process (``_leaf_dfa``), the prefix's and the exits' are small. None where the pattern has not
+    that shape or the DFAs do not join so (``_join``); the caller then builds the whole. The result is not
+    minimised across the joins (a reader of the DFA needs no minimality: its states' futures differ but for the
+    joins' few)."""
+    if len(pattern) < _SPLICE_MIN_LEAF:
+        return None
+    groups = _top_level_groups(pattern)
+    if len(groups) < 2 or groups[-1][1] != len(pattern) or groups[-2][1] != groups[-1][0]:
+        return None
+    (leaf_start, leaf_end), (exits_start, _) = groups[-2], groups[-1]
+    head = pattern[:exits_start]
+    if leaf_end - leaf_start < _SPLICE_MIN_LEAF or any(0xDC00 <= ord(c) <= 0xDFFF for c in head):
+        return None
+    try:
+        leaf = _leaf_dfa(pattern[leaf_start:leaf_end], max_states)
+        dfa = leaf if leaf_start == 0 else _join(from_regex(pattern[:leaf_start], max_states=max_states), leaf)
+        if dfa is None:
+            return None
+        tail, tail_exit_of, exit_sets = from_regex_exits(pattern[exits_start:], max_states=max_states)
+    except EmptyLanguageError:
+        return None
+    if tail_exit_of[tail.start] >= 0:
+        return None
+    joined = _join(dfa, tail)
+    if joined is None or joined.num_states > max_states:
+        return None
+    exit_of = np.concatenate([np.full(dfa.num_states, -1, dtype=np.int64), tail_exit_of])
+    return joined, exit_of, exit_sets
+
+
+def _top_level_groups(pattern: str) -> list[tuple[int, int]]:
+    """(start, end) of each group at the pattern's top level, in order; empty where the top level has an
+    alternation (the pattern is no concatenation)."""
+    from automata.parse import syntax_positions
+
+    groups, depth, start = [], 0, 0
+    for i in syntax_positions(pattern):
+        c = pattern[i]
+        if c == "(":
+            if depth == 0:
+                start = i
+            depth += 1
+        elif c == ")":
+            depth -= 1
+            if depth == 0:
+                groups.append((start, i + 1))
+        elif c == "|" and depth == 0:
+            return []
+    return groups
+
+
+@functools.lru_cache(maxsize=_LEAVES_KEPT)
+def _leaf_dfa(leaf: str, max_states: int) -> DFA:
+    return from_regex(leaf, max_states=max_states)
+
+
+def _join(first: DFA, second: DFA) -> DFA | None:
+    """The DFA of ``first``'s strings followed by ``second``'s, where each accepting state of ``first`` reads no
+    byte ``second``'s start reads and ``second``'s start does not accept: then a string's split is never in doubt,
+    and ``second``'s start row is copied onto ``first``'s accepting states (``second``'s states numbered after
+    ``first``'s). None otherwise."""
+    ends = np.flatnonzero(first.accepting)
+    opening = second.transitions[second.start] != MISSING
+    if second.accepting[second.start] or (first.transitions[ends][:, opening] != MISSING).any():
+        return None
+    offset = first.num_states
+    tail = np.where(second.transitions != MISSING, second.transitions + offset, MISSING).astype(np.int32)
+    table = np.concatenate([first.transitions, tail])
+    table[np.ix_(ends, np.flatnonzero(opening))] = tail[second.start, opening]
+    accepting = np.concatenate([np.zeros(offset, dtype=bool), second.accepting])
+    return DFA(table, accepting, first.start, first.alphabet)
 
 
 def read_exits(class_target: np.ndarray, accepting: np.ndarray, mapping: dict,

@@ -596,3 +596,45 @@ def test_the_utf8_trie_of_a_few_named_characters_is_the_one_built_for_the_patter
     assert templated.start == built.start
     assert np.array_equal(templated.transitions, built.transitions)
     assert np.array_equal(templated.accepting, built.accepting)
+
+
+def _same_exits(a, b) -> bool:
+    """Whether two exit DFAs (``from_regex_exits``) read the same strings to the same exit sets: a walk of the
+    product from the starts (both trimmed: a byte is read by both or by neither)."""
+    (d1, e1, s1), (d2, e2, s2) = a, b
+    seen, todo = set(), [(d1.start, d2.start)]
+    while todo:
+        p, q = todo.pop()
+        if (p, q) in seen:
+            continue
+        seen.add((p, q))
+        exits_p = s1[e1[p]] if e1[p] >= 0 else ()
+        exits_q = s2[e2[q]] if e2[q] >= 0 else ()
+        if exits_p != exits_q or not np.array_equal(d1.transitions[p] >= 0, d2.transitions[q] >= 0):
+            return False
+        todo += [(int(d1.transitions[p, x]), int(d2.transitions[q, x]))
+                 for x in np.flatnonzero(d1.transitions[p] >= 0)]
+    return True
+
+
+@pytest.mark.parametrize("prefix, closing", [(r"\ ", r"(?:,{1}|\}}(?:,{2}|\]{0}))"), (r"\ \[", r"(?:\],{1}|,{2})"),
+                                             ("", r"(?:\}}{0})")])
+def test_a_long_leaf_between_a_prefix_and_its_exits_is_spliced_into_the_same_dfa(prefix, closing, monkeypatch):
+    """``from_regex_exits`` of (prefix)(?:leaf)(?:exits) with a long leaf joins the leaf's DFA (built once) to the
+    prefix's and the exits': the same strings to the same exits as the whole construction; where an accepting state
+    of the leaf reads a byte the exits start with (a number followed by a digit), it builds the whole."""
+    from automata import regex as regex_module
+    from automata.regex import exit_marker, from_regex_exits
+
+    markers = [exit_marker(k) for k in range(3)]
+    words = "|".join(f"w{i:04d}" for i in range(400))  # (a leaf past the splice's length)
+    leaf = rf'(?:"([^"\\]|\\["\\nt])*"|-?(0|[1-9][0-9]*)(\.[0-9]+)?|{words}|é+)'
+    pattern = prefix + leaf + closing.format(*markers)
+    assert regex_module._spliced_exits(pattern, 10 ** 5) is not None
+    spliced = from_regex_exits(pattern)
+    monkeypatch.setattr(regex_module, "_SPLICE_MIN_LEAF", 10 ** 9)
+    whole = from_regex_exits(pattern)
+    assert _same_exits(spliced, whole) and _same_exits(whole, spliced)
+    clash = prefix + leaf + f"(?:[0-9]{markers[1]}|,{markers[2]})"  # (a digit may go on a number)
+    monkeypatch.undo()
+    assert regex_module._spliced_exits(clash, 10 ** 5) is None
