@@ -46,6 +46,7 @@ from automata import parse
 from automata.budget import checkpoint
 from automata.dfa import MISSING
 from automata.errors import RegexError, StateLimitError
+from automata.parse import Loop
 
 __all__ = ["CharDFA", "char_dfa", "check_positions", "first_characters", "position_matcher", "read_tree"]
 
@@ -218,6 +219,16 @@ class _Positions:
             return self.position(frozenset() if flags & _SINGLE_LINE else frozenset("\n"), True)
         if node is _EMPTY:
             return True, _NONE, _NONE
+        if kind is Loop:  # (head|item)(sep item)*: item's positions once, its last ones leading to sep's first
+            head = (False, _NONE, _NONE) if node.head is None else self.visit(node.head, flags)
+            item, sep = self.visit(node.item, flags), self.visit(node.sep, flags)
+            begins_empty = head[0] or item[0]
+            after = head[2] + item[2] + (sep[2] if item[0] else [])  # where a separator may come next
+            self.link(after, sep[1])
+            self.link(sep[2], item[1])
+            if sep[0]:
+                self.link(after, item[1])
+            return begins_empty, head[1] + item[1] + (sep[1] if begins_empty else []), after
         raise _Unsupported  # lookarounds
 
 
@@ -262,6 +273,12 @@ def first_characters(tree: Pattern) -> tuple[bool, frozenset | None] | None:
             found = False, None
         elif node is _EMPTY:
             found = True, frozenset()
+        elif kind is Loop:  # (head|item), then a separator where that may be empty
+            head = (False, frozenset()) if node.head is None else visit(node.head, flags)
+            item, sep = visit(node.item, flags), visit(node.sep, flags)
+            nullable = head[0] or item[0]
+            parts = [head[1], item[1]] + ([sep[1]] if nullable else [])
+            found = nullable, None if None in parts else frozenset().union(*parts)
         else:
             raise _Unsupported  # lookarounds
         seen[key] = found
@@ -334,6 +351,8 @@ def check_positions(tree: Pattern, max_states: int) -> None:
             return count(node.base) * copies if copies else 0
         if node is _EMPTY:
             return 0
+        if kind is Loop:
+            return (0 if node.head is None else count(node.head)) + count(node.item) + count(node.sep)
         raise _Unsupported
 
     try:

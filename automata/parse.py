@@ -5,7 +5,11 @@ key set took 85 ms to read before its automaton (a few ms) was built, and readin
 a warm schema compile. The regexes ``vegas`` and ``product.stitched`` write use a small part of the syntax:
 literal characters, escapes of punctuation, ``\\xHH``, the class escapes ``\\d \\w \\s \\D \\W \\S`` and the
 control escapes, ``.``, character classes with ranges and negation, groups ``(...)`` and ``(?:...)``,
-alternation, and the quantifiers ``* + ? {n} {n,} {n,m}`` (lazy or not: same language).
+alternation, and the quantifiers ``* + ? {n} {n,} {n,m}`` (lazy or not: same language). One operator is canonmerge's
+own, written only into schema skeletons: ``LOOP`` before two groups, ``LOOP (?:x)(?:s)``, is ``x(sx)*``, and
+``LOOP_AFTER (?:h)(?:x)(?:s)`` is ``(h|x)(sx)*`` — a JSON array's items or an object's free keys with ``x`` written
+once, where a regex writes it twice and doubles a nested array's text at each level. ``read`` gives it as a ``Loop``
+node (``automata.glushkov`` numbers ``x``'s positions once); ``plain`` writes it out as a regex for other readers.
 
 ``read`` builds exactly the tree interegular's ``parse_pattern`` builds for such a pattern (the tests compare
 the trees), one pass with no backtracking, and returns None at anything else — lookarounds, flags, anchors,
@@ -18,18 +22,28 @@ Leaves out on purpose: everything interegular's tree can say that canonmerge nev
 from __future__ import annotations
 
 import re
-from typing import Callable
+from typing import Callable, NamedTuple
 
 from interegular.patterns import _CHAR_GROUPS, _DOT, Pattern, _CharGroup, _Concatenation, _Repeated
 
 from automata.budget import checkpoint
 
-__all__ = ["read", "syntax_positions"]
+__all__ = ["read", "syntax_positions", "plain", "Loop", "LOOP", "LOOP_AFTER"]
+
+LOOP, LOOP_AFTER = "\udbff", "\udbfe"  # lone surrogates, in no text (below them: a skeleton's placeholders)
+
+
+class Loop(NamedTuple):
+    """``(head|item)(sep item)*``, or ``item(sep item)*`` where ``head`` is None (``LOOP``, ``LOOP_AFTER``)."""
+
+    head: Pattern | None
+    item: Pattern
+    sep: Pattern
 
 _SPECIAL = frozenset("+?*.$^\\()[|")  # not literal outside a class (as interegular)
 _RESERVED = frozenset("NpPuUAZbB")  # escapes interegular refuses or reads otherwise outside a class
 _HEX = frozenset("0123456789abcdefABCDEF")
-_PLAIN = re.compile(r"[^+?*.$^\\()\[|{]+")  # characters that are literal outside a class
+_PLAIN = re.compile("[^+?*.$^\\\\()\\[|{\udbfe\udbff]+")  # characters that are literal outside a class
 _ASCII_LETTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
 
 
@@ -117,6 +131,9 @@ class _Reader:
                 checkpoint()  # the compile's budget (``automata.budget``): a schema's regex can be 1M characters
             if c == "(":
                 base = self.group()
+            elif c == LOOP or c == LOOP_AFTER:
+                groups = [self.operand() for _ in range(2 if c == LOOP else 3)]
+                base = Loop(None, *groups) if c == LOOP else Loop(*groups)
             elif c == "[":
                 base = self.cached_class()
             elif c == "\\":
@@ -174,6 +191,13 @@ class _Reader:
             _GROUPS[text] = inner
             _GROUP_CHARS += len(text)
         return inner
+
+    def operand(self) -> Pattern:
+        """A group following a loop operator."""
+        if self.s[self.i] != "(":
+            raise _Other
+        self.i += 1
+        return self.group()
 
     def quantified(self, base):
         s = self.s
@@ -270,6 +294,41 @@ class _Reader:
         if c in _ASCII_LETTERS or c.isalpha():
             raise _Other  # an unknown letter escape: interegular's syntax error
         return _literal(c)
+
+
+def plain(pattern: str) -> str:
+    """``pattern`` with its loop operators written out as regex syntax (each ``x`` twice: ``x(sx)*``), for a reader
+    other than ``read`` (interegular, a grammar, the whole regex of a schema compiled in one piece)."""
+    if LOOP not in pattern and LOOP_AFTER not in pattern:
+        return pattern
+    closing = _closing_parentheses(pattern)
+    out, i = [], 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            out.append(pattern[i:i + 2])
+            i += 2
+            continue
+        if c == "[":  # a class, whole (its ']' first or after '^' is a member)
+            end = i + 1 + pattern.startswith("^", i + 1)
+            end += pattern.startswith("]", end)
+            while pattern[end] != "]":
+                end += 2 if pattern[end] == "\\" else 1
+            out.append(pattern[i:end + 1])
+            i = end + 1
+            continue
+        if c != LOOP and c != LOOP_AFTER:
+            out.append(c)
+            i += 1
+            continue
+        groups, i = [], i + 1
+        for _ in range(2 if c == LOOP else 3):
+            end = closing[i]
+            groups.append(plain(pattern[i:end + 1]))
+            i = end + 1
+        *head, item, sep = groups
+        out.append(f"(?:{'(?:' + head[0] + '|' + item + ')' if head else item}(?:{sep}{item})*)")
+    return "".join(out)
 
 
 def syntax_positions(pattern: str):

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from automata.budget import running
 from automata.grammar import UnsupportedGrammarError
+from automata.parse import plain
 from product import (
     CompileBudget,
     FragmentStore,
@@ -118,7 +119,7 @@ def _compile_schema(schema, canonical, *, style, strict, max_recursion, any_dept
     # "anything" written out and cut finely (compile_stitched's fine_cuts): slower to cut, but fragments of lines
     for any_leaf in ((True, False) if style == "yaml" else (True,)):
         compiler = Compiler.load(schema, style, strict=strict, max_recursion=max_recursion, any_depth=any_depth,
-                                 leaves=True, any_leaf=any_leaf)
+                                 leaves=True, any_leaf=any_leaf, loops=True)
         skeleton = compiler.document()
         try:
             return compile_stitched(skeleton, compiler.leaves, canonical, store=store, fine_cuts=not any_leaf,
@@ -129,4 +130,4 @@ def _compile_schema(schema, canonical, *, style, strict, max_recursion, any_dept
             break
         # (a fragment past max_states raises StateLimitError: the whole regex holds its text and more, and took
         # 24 s to fail the same way on Kubernetes kb_863 in YAML)
-    return compile_regex(compiler.expand(skeleton), canonical, **options)
+    return compile_regex(compiler.expand(plain(skeleton)), canonical, **options)

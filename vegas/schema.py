@@ -45,6 +45,7 @@ from urllib.parse import unquote
 from automata import RegexError, StateLimitError, from_regex
 from automata.budget import checkpoint
 from automata.grammar.regular import call_marker
+from automata.parse import LOOP, LOOP_AFTER
 from automata.regions import regions
 from product import PLACEHOLDERS, StitchError
 from vegas import lexical
@@ -114,9 +115,11 @@ def _union(parts) -> str | None:
     return uniq[0] if len(uniq) == 1 else "(" + "|".join(uniq) + ")"
 
 
-def _ordered(entries: list[tuple[str, bool]], extra: str | None, sep: str) -> tuple[str | None, bool]:
+def _ordered(entries: list[tuple[str, bool]], extra: str | None, sep: str,
+             loops: bool = False) -> tuple[str | None, bool]:
     """The regex of the entries written in order, optional ones possibly absent, joined by ``sep``, then any
-    number of ``extra`` entries; and whether the empty sequence is admitted.
+    number of ``extra`` entries; and whether the empty sequence is admitted. ``loops``: where the entries may all
+    be absent, the extra entries written with ``automata.parse``'s loop operator (``extra`` once, not twice).
 
     Where what comes before may be absent, an entry must be written so that ``sep`` goes only between two: a required
     one as ``(before sep)?entry``, an optional one either as ``(before(sep entry)?|entry)`` or as ``((before
@@ -135,8 +138,12 @@ def _ordered(entries: list[tuple[str, bool]], extra: str | None, sep: str) -> tu
             acc = f"({acc}({sep}{regex})?|{regex})" if len(regex) <= len(acc) else f"(({acc}{sep})?{regex}|{acc})"
     if extra is not None:
         more = f"({sep}{extra})*"
-        acc = f"{acc}{more}" if acc is not None and guaranteed else \
-            (f"({acc}{more}|{extra}{more})" if acc is not None else f"{extra}{more}")
+        if acc is not None and guaranteed:
+            acc = f"{acc}{more}"
+        elif loops:
+            acc = f"{LOOP}(?:{extra})(?:{sep})" if acc is None else f"{LOOP_AFTER}(?:{acc})(?:{extra})(?:{sep})"
+        else:
+            acc = f"({acc}{more}|{extra}{more})" if acc is not None else f"{extra}{more}"
     return acc, not guaranteed
 
 
@@ -153,7 +160,7 @@ class Compiler:
     """Walks one schema (the root of every ``$ref``) in one style. Regexes are memoised per (node, position)."""
 
     def __init__(self, root, style: str = "json", *, strict: bool = False, max_recursion: int | None = 3,
-                 any_depth: int = 2, leaves: bool = False, any_leaf: bool = True):
+                 any_depth: int = 2, leaves: bool = False, any_leaf: bool = True, loops: bool = False):
         if style not in ("json", "yaml"):
             raise ValueError(f"style must be 'json' or 'yaml', not {style!r}")
         if not isinstance(root, (dict, bool)):
@@ -177,6 +184,9 @@ class Compiler:
         # any_leaf=False: "anything" values are written out in the skeleton like any other structure (a YAML one
         # holds whole blocks, whose line breaks the skeleton can cut where the leaf could not)
         self.any_leaf = any_leaf
+        # loops=True: arrays and free keys written with ``automata.parse``'s loop operator (each item once), for a
+        # reader of that syntax (a skeleton's); ``automata.parse.plain`` writes them out as regex syntax
+        self.loops = loops
 
     @classmethod
     def load(cls, schema, style: str = "json", **options) -> Compiler:
@@ -810,7 +820,10 @@ class Compiler:
             # array's text at each level: a GitHub schema's skeleton reached 1.2M characters)
             items = lexical.repeat(f"{sep}{dash}{rest}", max(lo, 1), None if most == math.inf else most)
             return _union([items, pos.scalar_lead() + "\\[\\]" if lo == 0 else None])
-        if most >= 1:
+        if most == math.inf and not slots and lo <= 1 and rest is not None and self.loops:
+            # any number of items: the item written once (a nested array's text doubled at each level otherwise)
+            nonempty = f"{LOOP}(?:{dash}{rest})(?:{sep})"
+        elif most >= 1:
             # after[k]: the text after item k, each further item written with its separator; built from the end.
             m = max(len(slots), 1)
             after = ""
@@ -869,7 +882,7 @@ class Compiler:
             value = self.value(additional, f"{p}/additionalProperties", inner, alt.stack)
             if value is not None:
                 extra = self._other_key(list(props)) + value
-        body, empty_ok = _ordered(entries, extra, sep)
+        body, empty_ok = _ordered(entries, extra, sep, self.loops)
         empty_ok = empty_ok and not s.get("minProperties", 0)  # (more than 1 is refused unless required implies it)
         if self.style == "json":
             return _union([f"\\{{{body}\\}}" if body else None, "\\{\\}" if empty_ok else None])

@@ -31,7 +31,8 @@ from product.compiler.tables import per_automaton
 __all__ = ["PLACEHOLDERS", "END", "KeyChoice", "Skeleton", "StitchError", "FragmentTooLongError"]
 
 END = -1  # a root of an instance: the text may end where the instance starts
-PLACEHOLDERS = range(0xD800, 0xDC00)  # placeholder characters of a skeleton: lone surrogates, in no text
+PLACEHOLDERS = range(0xD800, 0xDBFE)  # placeholder characters of a skeleton: lone surrogates, in no text (above them:
+# ``automata.parse``'s loop operators)
 _MAX_FRAGMENT_REGEX = 200_000  # characters: a fragment's regex is written as a tree; sharing is not kept
 _MAX_FRAGMENTS_WRITTEN = 20_000_000  # characters of the texts of a fragment's states, together (``fragment``)
 

@@ -638,3 +638,44 @@ def test_a_long_leaf_between_a_prefix_and_its_exits_is_spliced_into_the_same_dfa
     clash = prefix + leaf + f"(?:[0-9]{markers[1]}|,{markers[2]})"  # (a digit may go on a number)
     monkeypatch.undo()
     assert regex_module._spliced_exits(clash, 10 ** 5) is None
+
+
+def _loop_patterns(rng, depth: int = 0) -> str:
+    """A random pattern over a b c with loop operators (``automata.parse.LOOP``, ``LOOP_AFTER``), nullable parts
+    among them."""
+    from automata.parse import LOOP, LOOP_AFTER
+
+    k = rng.random()
+    if depth > 2 or k < 0.4:
+        return rng.choice(["a", "b", "ab", "(a|)", "b*", "(ab)?", "[ab]", "c"])
+    if k < 0.6:
+        return _loop_patterns(rng, depth + 1) + _loop_patterns(rng, depth + 1)
+    if k < 0.75:
+        return f"(?:{_loop_patterns(rng, depth + 1)}|{_loop_patterns(rng, depth + 1)})"
+    groups = 2 if k < 0.88 else 3
+    return (LOOP if groups == 2 else LOOP_AFTER) + "".join(f"(?:{_loop_patterns(rng, depth + 1)})"
+                                                           for _ in range(groups))
+
+
+def test_loop_operators_match_what_their_plain_regex_matches():
+    """``LOOP (?:x)(?:s)`` is ``x(sx)*`` and ``LOOP_AFTER (?:h)(?:x)(?:s)`` is ``(h|x)(sx)*``, nested and with
+    empty-matching parts: the DFA built from the operators (x's positions once) accepts what ``re.fullmatch`` of
+    ``plain``'s text accepts, and its start reads the characters ``first_characters`` names."""
+    import random
+
+    from automata import glushkov
+    from automata.parse import plain
+
+    rng = random.Random(0)
+    for _ in range(300):
+        pattern = _loop_patterns(rng)
+        written = plain(pattern)
+        dfa = from_regex(pattern)
+        for length in range(7):
+            for text in {"".join(rng.choice("abc") for _ in range(length)) for _ in range(40)}:
+                state = dfa.run(list(text.encode()))
+                assert (state >= 0 and bool(dfa.accepting[state])) == bool(re.fullmatch(written, text)), \
+                    (pattern, text)
+        nullable, chars = glushkov.first_characters(glushkov.read_tree(pattern, 10_000))
+        assert nullable == bool(dfa.accepting[dfa.start])
+        assert chars == {chr(b) for b in range(128) if dfa.transitions[dfa.start, b] >= 0}

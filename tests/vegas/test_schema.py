@@ -775,3 +775,45 @@ def test_an_alternative_too_large_for_its_dfa_still_picks_the_layout(style, monk
     canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
     guide = vegas.compile_schema(schema, canonical, style=style, library_dir=False)
     assert guide.accepts(runtime.encode(written, add_special_tokens=False).ids)
+
+
+def _nested_arrays(depth: int) -> dict:
+    node: dict = {"type": "integer"}
+    for _ in range(depth):
+        node = {"type": "array", "items": {"type": "object", "properties": {"n": {"type": "integer"}, "kids": node},
+                                           "required": ["n"], "additionalProperties": {"type": "boolean"}}}
+    return node
+
+
+@pytest.mark.parametrize("style", ["json", "yaml"])
+def test_nested_arrays_and_free_keys_are_written_once_with_the_same_guide(style):
+    """A skeleton writes an array's items and an object's free keys with ``automata.parse``'s loop operator: arrays
+    of objects nested six deep grow its text by about the same per level (as regex syntax, ``x(, x)*``, JSON's
+    text doubles at each); the stitched guide of the loop skeleton has the plain skeleton's masks along random
+    walks, and its verdicts on instances are the validator's."""
+    from automata.parse import plain
+    from product.stitched import FragmentLibrary, compile_stitched
+    from tests.support import automaton_of, runtime_of, walk_alike
+    from vegas.schema import Compiler
+
+    sizes = {depth: len(Compiler.load(_nested_arrays(depth), style, leaves=True, loops=True).document())
+             for depth in (3, 6)}
+    assert sizes[6] < 3 * sizes[3]
+    schema = _nested_arrays(3)
+    compiler = Compiler.load(schema, style, leaves=True, loops=True)
+    skeleton = compiler.document()
+    canonical, runtime = automaton_of("gpt2"), runtime_of("gpt2")
+    guides = [compile_stitched(text, compiler.leaves, canonical, library=FragmentLibrary(canonical),
+                               leaf_exceptions=compiler.exceptions) for text in (skeleton, plain(skeleton))]
+    rng = np.random.default_rng(3)
+    for _ in range(12):
+        walk_alike(guides[1], guides[0], rng, 60)
+    instances = [[{"n": 1, "kids": [{"n": 2, "x": True, "kids": [{"n": 3, "kids": 4}]}, {"n": 6}]}], [],
+                 [{"n": 1, "kids": [{"x": True}]}], [{"n": 1, "kids": [{"n": 2, "kids": [{"n": 3, "kids": [4]}]}]}]]
+    for instance in instances:
+        valid = jsonschema.Draft202012Validator(schema).is_valid(instance)
+        text = vegas.format_instance(instance, schema, style=style) if valid else \
+            json.dumps(instance) if style == "json" else yaml.safe_dump(instance, sort_keys=False).rstrip("\n")
+        ids = runtime.encode(text, add_special_tokens=False).ids
+        assert guides[0].accepts(ids) == valid, text
+    assert sum(jsonschema.Draft202012Validator(schema).is_valid(i) for i in instances) == 2
