@@ -594,6 +594,7 @@ class _Crossing:
             self.out_edges.setdefault(a, []).append((strings, opening_bytes, b))
             self.in_edges.setdefault(b, []).append((strings, a))
         self._after: dict[int, np.ndarray] = {}
+        self._window_of: dict[tuple[int, int], np.ndarray] = {}  # (``_windows``)
 
     def crossed(self, q: int, pairs_q: list[tuple[int, int]]) -> bool:
         pair_starts = self.occurrences[1]
@@ -603,11 +604,15 @@ class _Crossing:
         # the first few places of each pair one by one (the shortest tokens: inside a key, one of them fits and
         # ends the test), the others through the sieve
         first = [k for lo, hi in ranges for k in range(lo, min(hi, lo + _FIRST_PLACES))]
-        rest = np.concatenate([np.arange(lo + _FIRST_PLACES, hi) for lo, hi in ranges if hi > lo + _FIRST_PLACES]
-                              or [np.zeros(0, dtype=np.int64)])
         if self._fits(q, first):
             return True
-        return len(rest) > 0 and self._fits(q, rest[self._may_fit(q, rest)].tolist())
+        rest = []
+        for lo, hi in ranges:
+            if hi > lo + _FIRST_PLACES:
+                keep = self._may_fit(q, lo, hi)
+                keep[:_FIRST_PLACES] = False  # (tried above)
+                rest += (lo + np.flatnonzero(keep)).tolist()
+        return len(rest) > 0 and self._fits(q, rest)
 
     def _fits(self, q: int, places: list[int]) -> bool:
         """Whether one of these places of byte pairs (their tokens) fits across q."""
@@ -636,19 +641,30 @@ class _Crossing:
                 return True
         return False
 
-    def _may_fit(self, q: int, places: np.ndarray) -> np.ndarray:
-        """A first sieve over the places of byte pairs around q (all at once): each of the token's bytes within
-        ``_SIEVE`` bytes of the pair must be one the skeleton may read at that distance from q, on any path."""
-        at, tokens = self.at_array[places], self.token_array[places]
-        begin, end = self.offsets[tokens], self.offsets[tokens + 1]
-        keep = np.ones(len(places), dtype=bool)
-        last = len(self.blob_array) - 1
-        for direction in (1, -1):
-            for d, allowed in enumerate(self._bytes_at(q, direction), start=1):
-                pos = at + 1 + d if direction == 1 else at - d
-                inside = (pos < end) if direction == 1 else (pos >= begin)
-                keep &= ~inside | allowed[self.blob_array[np.minimum(np.maximum(pos, 0), last)]]
-        return keep
+    def _may_fit(self, q: int, lo: int, hi: int) -> np.ndarray:
+        """A first sieve over the places ``lo:hi`` of a byte pair around q (all at once): each of the token's bytes
+        within ``_SIEVE`` bytes of the pair must be one the skeleton may read at that distance from q, on any path
+        (the places' bytes there read from ``_windows``: one gather for all distances)."""
+        allowed = np.ones((2 * _SIEVE, 257), dtype=bool)  # [distance, byte]; byte 256: outside the token
+        allowed[:_SIEVE, :256] = self._bytes_at(q, 1)
+        allowed[_SIEVE:, :256] = self._bytes_at(q, -1)
+        return allowed[np.arange(2 * _SIEVE), self._windows(lo, hi)].all(axis=1)
+
+    def _windows(self, lo: int, hi: int) -> np.ndarray:
+        """int16 [hi - lo, 2 * _SIEVE]: the bytes of the tokens of places ``lo:hi`` (one byte pair's) at distances
+        1.._SIEVE after the pair's second byte, then before its first (256 outside the token); kept per pair (a
+        skeleton's candidate states have a few pairs, each met at thousands of states)."""
+        found = self._window_of.get((lo, hi))
+        if found is None:
+            at, tokens = self.at_array[lo:hi], self.token_array[lo:hi]
+            begin, end = self.offsets[tokens], self.offsets[tokens + 1]
+            d = np.arange(1, _SIEVE + 1)
+            after, before = at[:, None] + 1 + d[None, :], at[:, None] - d[None, :]
+            pos = np.concatenate([after, before], axis=1)
+            inside = np.concatenate([after < end[:, None], before >= begin[:, None]], axis=1)
+            found = np.where(inside, self.blob_array[np.clip(pos, 0, len(self.blob_array) - 1)], 256)
+            found = self._window_of[lo, hi] = found.astype(np.int16)
+        return found
 
     def _bytes_at(self, q: int, direction: int) -> list[np.ndarray]:
         """Per distance 1.._SIEVE from the byte next to q (after q for ``direction`` 1, before it for -1): the
