@@ -593,7 +593,8 @@ class _Crossing:
             opening_bytes = None if openings is None else [ch.encode("utf-8") for ch in openings]
             self.out_edges.setdefault(a, []).append((strings, opening_bytes, b))
             self.in_edges.setdefault(b, []).append((strings, a))
-        self._after: dict[int, np.ndarray] = {}
+        self._after: dict[int, int | None] = {}  # token -> the open contexts after it, as bits (``_contexts_after``)
+        self._steps: dict[int, list[int] | tuple] = {}  # byte -> per open context, the contexts after it (``_step``)
         self._window_of: dict[tuple[int, int], np.ndarray] = {}  # (``_windows``)
 
     def crossed(self, q: int, pairs_q: list[tuple[int, int]]) -> bool:
@@ -637,7 +638,7 @@ class _Crossing:
             contexts = self._contexts_after(token)
             if contexts is None:
                 return True
-            if len(contexts) and any(self._lives(r, contexts, _LOOKAHEAD) for r in ends):
+            if contexts and any(self._lives(r, contexts, _LOOKAHEAD) for r in ends):
                 return True
         return False
 
@@ -725,26 +726,40 @@ class _Crossing:
                 ends |= more
         return ends
 
-    def _contexts_after(self, token: int) -> np.ndarray | None:
-        """The open contexts token ``token`` leads to from any open context (None: some is not open)."""
+    def _contexts_after(self, token: int) -> int | None:
+        """The open contexts token ``token`` leads to from any open context, as bits (None: some is not open)."""
         if token not in self._after:
             if 0x80 <= self.blob[self.offsets[token]] < 0xC0:  # it may follow an unfinished character
                 self._after[token] = None
                 return None
             nxt = np.concatenate([self.inside_next[:, token], self.boundary_next[:, token]])
             nxt = np.unique(nxt[nxt >= 0])
-            self._after[token] = None if (nxt >= self.num_open).any() else nxt
+            self._after[token] = None if (nxt >= self.num_open).any() else _bits(nxt)
         return self._after[token]
 
-    def _step(self, contexts: np.ndarray, byte: int) -> np.ndarray | None:
-        token = int(self.single[byte])
-        if token < 0:
+    def _step(self, contexts: int, byte: int) -> int | None:
+        """The open contexts (bits) after ``byte``'s single-byte token from ``contexts``, inside a piece or after a
+        boundary (None: no such token, or it leaves some context unfinished)."""
+        table = self._steps.get(byte)
+        if table is None:
+            token, table = int(self.single[byte]), None
+            if token >= 0:
+                nxt = [np.concatenate([self.inside_next[c, token:token + 1], self.boundary_next[c, token:token + 1]])
+                       for c in range(self.num_open)]
+                if not any((n >= self.num_open).any() for n in nxt):
+                    table = [_bits(n[n >= 0]) for n in nxt]
+            table = self._steps[byte] = table or ()
+        if not table:
             return None
-        nxt = np.concatenate([self.inside_next[contexts, token], self.boundary_next[contexts, token]])
-        return np.unique(nxt[nxt >= 0])
+        out = 0
+        while contexts:
+            low = contexts & -contexts
+            out |= table[low.bit_length() - 1]
+            contexts ^= low
+        return out
 
-    def _lives(self, q: int, contexts: np.ndarray, depth: int) -> bool:
-        """Whether the marked text may go on from state q in one of ``contexts``, along some path (up to
+    def _lives(self, q: int, contexts: int, depth: int) -> bool:
+        """Whether the marked text may go on from state q in one of ``contexts`` (bits), along some path (up to
         ``depth`` characters; a leaf's first character, then it is taken to fit)."""
         if depth == 0 or self.sk.accepting[q]:
             return True
@@ -755,11 +770,19 @@ class _Crossing:
                 nxt = contexts
                 for byte in encoded:
                     nxt = self._step(nxt, byte) if byte < 0x80 else None  # (a longer character: not followed)
-                    if nxt is None or not len(nxt):
+                    if not nxt:
                         break
-                if nxt is None or len(nxt) and (chars is None or self._lives(b, nxt, depth - 1)):
+                if nxt is None or nxt and (chars is None or self._lives(b, nxt, depth - 1)):
                     return True
         return False
+
+
+def _bits(contexts: np.ndarray) -> int:
+    """A set of open contexts as the bits of an int."""
+    out = 0
+    for c in np.unique(contexts).tolist():
+        out |= 1 << c
+    return out
 
 
 def _single_byte_tokens(canonical: CanonicalAutomaton) -> np.ndarray:
