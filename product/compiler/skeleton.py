@@ -692,13 +692,17 @@ class _Crossing:
         return allowed
 
     def _reads_backward(self, q: int, text: bytes) -> bool:
-        """Whether some path into q reads ``text`` at its end (a leaf may end with anything)."""
+        """Whether some path into q reads ``text`` at its end (a leaf may end with anything). An edge's one-byte
+        characters are looked up by the text's last byte (``_by_length``), its longer ones compared."""
         if not text:
             return True
         for chars, a in self.in_edges.get(q, ()):
             if chars is None:
                 return True
-            for encoded in chars:
+            single, longer = _by_length(chars)
+            if text[-1] in single and (len(text) == 1 or self._reads_backward(a, text[:-1])):
+                return True
+            for encoded in longer:
                 if (encoded.endswith(text) if len(encoded) >= len(text) else
                         text.endswith(encoded) and self._reads_backward(a, text[:-len(encoded)])):
                     return True
@@ -715,7 +719,13 @@ class _Crossing:
                 if openings is None or any(_agrees(opening, text) for opening in openings):
                     return None
                 continue
-            for encoded in chars:
+            single, longer = _by_length(chars)
+            if text[0] in single:
+                more = self._ends_forward(b, text[1:])
+                if more is None:
+                    return None
+                ends |= more
+            for encoded in longer:
                 if not _agrees(encoded, text):
                     continue
                 if len(encoded) > len(text):
@@ -775,6 +785,12 @@ class _Crossing:
                 if nxt is None or nxt and (chars is None or self._lives(b, nxt, depth - 1)):
                     return True
         return False
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _by_length(chars: tuple[bytes, ...]) -> tuple[frozenset, tuple[bytes, ...]]:
+    """A class's characters (UTF-8) split into the bytes of its one-byte ones and its longer ones."""
+    return frozenset(c[0] for c in chars if len(c) == 1), tuple(c for c in chars if len(c) != 1)
 
 
 def _bits(contexts: np.ndarray) -> int:
