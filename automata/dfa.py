@@ -249,6 +249,19 @@ def minimal_table(transitions: np.ndarray, accepting: np.ndarray, start: int) ->
 _KERNEL = dict(cache=True, nogil=True)
 
 
+def minimal_edges(num_states: int, num_symbols: int, sources: np.ndarray, symbols: np.ndarray, targets: np.ndarray,
+                  accepting: np.ndarray, start: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """``minimal_table`` of a DFA given by its edges (source, symbol, target), never laid out as a table: a
+    skeleton's DFA before minimising has tens of thousands of states over hundreds of symbols (a YAML schema's key
+    runs each a symbol), most of the table missing. Valmari's partition refinement over the edges
+    (``_coarsest_edges``); the same result as ``minimal_table`` on the table."""
+    out = _minimal_edges(num_states, num_symbols, np.asarray(sources, dtype=np.int64),
+                         np.asarray(symbols, dtype=np.int64), np.asarray(targets, dtype=np.int64),
+                         np.asarray(accepting, dtype=np.bool_), accepting.astype(np.int64), start)
+    table, representative = out
+    return None if len(representative) == 0 else (table, accepting[representative])
+
+
 @njit(**_KERNEL)
 def group_by(keys, values, num_keys):
     """``values`` grouped by their ``keys`` (counting sort, stable; negative keys dropped): the values of key k are
@@ -446,6 +459,13 @@ def _coarsest(table, block):
             if table[s, j] >= 0:
                 tail[t], label[t], head[t] = s, j, table[s, j]
                 t += 1
+    return _coarsest_edges(n, k, tail, label, head, block)
+
+
+@njit(**_KERNEL)
+def _coarsest_edges(n, k, tail, label, head, block):
+    """``_coarsest`` of the DFA whose transitions are (tail, label, head), labels 0..k - 1."""
+    m = len(tail)
     incoming, in_first = group_by(head, np.arange(m), n)  # incoming transitions of each state
     # the state partition, from ``block``; the transition partition, by symbol (a symbol no transition reads: an
     # empty set, which splits nothing)
@@ -479,6 +499,88 @@ def _coarsest(table, block):
             count += 1
         out[s] = renumber[b_sidx[s]]
     return out, count
+
+
+@njit(**_KERNEL)
+def _csr(keys, num_keys):
+    """Indices of ``keys`` grouped by key (stable): key k's are ``order[starts[k]:starts[k + 1]]``."""
+    starts = np.zeros(num_keys + 1, dtype=np.int64)
+    for x in keys:
+        starts[x + 1] += 1
+    for x in range(num_keys):
+        starts[x + 1] += starts[x]
+    fill = starts[:-1].copy()
+    order = np.empty(len(keys), dtype=np.int64)
+    for i in range(len(keys)):
+        order[fill[keys[i]]] = i
+        fill[keys[i]] += 1
+    return order, starts
+
+
+@njit(**_KERNEL)
+def _search(seeds, starts, order, far, n):
+    """States reached from ``seeds`` along the edges grouped by ``starts``/``order`` to their ``far`` ends."""
+    seen = np.zeros(n, dtype=np.bool_)
+    stack = np.empty(n, dtype=np.int64)
+    top = 0
+    for s in seeds:
+        if not seen[s]:
+            seen[s] = True
+            stack[top] = s
+            top += 1
+    while top:
+        top -= 1
+        s = stack[top]
+        for i in range(starts[s], starts[s + 1]):
+            t = far[order[i]]
+            if not seen[t]:
+                seen[t] = True
+                stack[top] = t
+                top += 1
+    return seen
+
+
+@njit(**_KERNEL)
+def _minimal_edges(n, k, sources, symbols, targets, accepting, key, start):
+    """``_minimal`` of a DFA given by its edges (``minimal_edges``): the same (table, representative)."""
+    out_order, out_starts = _csr(sources, n)
+    in_order, in_starts = _csr(targets, n)
+    reach = _search(np.array([start], dtype=np.int64), out_starts, out_order, targets, n)
+    finals = np.flatnonzero(accepting)
+    useful = reach & _search(finals, in_starts, in_order, sources, n)
+    if not useful[start]:
+        return np.empty((0, k), dtype=np.int32), np.empty(0, dtype=np.int64)
+    new_id = np.full(n, -1, dtype=np.int64)
+    old_id = np.flatnonzero(useful)
+    for i in range(len(old_id)):
+        new_id[old_id[i]] = i
+    kept = np.flatnonzero(useful[sources] & useful[targets])
+    tails, heads, labels = new_id[sources[kept]], new_id[targets[kept]], symbols[kept]
+    m = len(old_id)
+    block = np.empty(m, dtype=np.int64)  # the first partition: states by key, in dense ids
+    order = np.argsort(key[old_id], kind="mergesort")
+    count = -1
+    for r in range(m):
+        if r == 0 or key[old_id[order[r]]] != key[old_id[order[r - 1]]]:
+            count += 1
+        block[order[r]] = count
+    block, num_blocks = _coarsest_edges(m, k, tails, labels, heads, block)
+    representative = np.empty(num_blocks, dtype=np.int64)
+    for s in range(len(old_id)):
+        representative[block[s]] = old_id[s]
+    blocks = np.full((num_blocks, k), -1, dtype=np.int32)
+    for e in range(len(tails)):
+        blocks[block[tails[e]], labels[e]] = block[heads[e]]
+    perm = bfs_order(blocks, block[new_id[start]], blocks.shape[0])
+    renumber = np.empty(num_blocks, dtype=np.int32)
+    for i in range(len(perm)):
+        renumber[perm[i]] = i
+    out = np.empty((len(perm), k), dtype=np.int32)
+    for i in range(len(perm)):
+        for j in range(k):
+            t = blocks[perm[i], j]
+            out[i, j] = renumber[t] if t >= 0 else -1
+    return out, representative[perm]
 
 
 @njit(**_KERNEL)

@@ -362,12 +362,27 @@ def check_positions(tree: Pattern, max_states: int) -> None:
         return
 
 
-def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> CharDFA | None:
+class CharEdges(NamedTuple):
+    """``char_dfa``'s result as edges (``char_dfa(..., edges=True)``): states 0..num_states - 1 (0 the start),
+    classes 0..num_classes - 1 (``mapping`` as ``CharDFA``'s), one (source, class, target) per transition."""
+
+    num_states: int
+    num_classes: int
+    sources: np.ndarray
+    classes: np.ndarray
+    targets: np.ndarray
+    accepting: np.ndarray
+    mapping: dict
+
+
+def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None,
+             edges: bool = False) -> CharDFA | CharEdges | None:
     """The DFA of ``tree`` (interegular's parse), or None if it uses what this construction leaves out.
 
     Raises ``StateLimitError`` past ``max_states`` states (or 4x as many positions, at most ``_MAX_POSITIONS``) and
     ``RegexError`` for a repetition whose minimum exceeds its maximum. ``sparse`` picks step 4's implementation
-    (None: by the size of the follow sets; both give the same DFA, numbered alike).
+    (None: by the size of the follow sets; both give the same DFA, numbered alike); ``edges``: the DFA as its
+    edges (``CharEdges``), never laid out as a table.
     """
     positions = _Positions(min(4 * max_states, _MAX_POSITIONS))
     try:
@@ -416,6 +431,10 @@ def char_dfa(tree: Pattern, max_states: int, *, sparse: bool | None = None) -> C
         classes_of = [group_classes[g] for g in positions.groups]
         sources, classes, targets, accepting = _bitset_subsets(follow, classes_of, num_classes, last, max_states)
     accepting[0] = nullable
+    if edges:  # (a skeleton's: tens of thousands of states over hundreds of classes, the table mostly missing)
+        return CharEdges(len(accepting), num_classes + 1, np.asarray(sources, dtype=np.int64),
+                         np.asarray(classes, dtype=np.int64), np.asarray(targets, dtype=np.int64),
+                         np.asarray(accepting, dtype=bool), mapping)
     class_target = np.full((len(accepting), num_classes + 1), MISSING, dtype=np.int32)
     class_target[sources, classes] = targets
     return CharDFA(class_target, accepting, 0, mapping)

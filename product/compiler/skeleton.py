@@ -21,7 +21,7 @@ import numpy as np
 from interegular.fsm import anything_else
 
 from automata import MISSING, EmptyLanguageError, glushkov, parse
-from automata.dfa import DFA, Alphabet, minimal_table
+from automata.dfa import DFA, Alphabet, minimal_edges, minimal_table
 from automata.errors import CanonmergeError, RegexError, StateLimitError
 from automata.regex import char_dfa, exit_marker, shown
 from automata.regions import eliminate
@@ -104,12 +104,17 @@ class Skeleton:
         # runs of literal characters that no cut can split read as one character each (with fine cuts, runs of
         # ASCII letters only: the finer test may cut where a token holds the bytes around a position, and a run
         # only ever forgoes cuts — a key's letters, whose every position some token laid across fits)
-        class_target, accepting, start, mapping, runs = _skeleton_dfa(
+        dfa, mapping, runs = _skeleton_dfa(
             pattern, _inner_letter_bytes(canonical) if fine_cuts else _inner_bytes(canonical), max_states)
         # states with the same future made one: an instance is (cut states, context), so a skeleton of repeated
         # structure (a recursive $ref unrolled, anyOf branches ending alike) has fewer instances to write and
-        # look up (Github_easy---o58839: 5,290 states -> 1,234)
-        minimal = minimal_table(class_target, accepting, start)
+        # look up (Github_easy---o58839: 5,290 states -> 1,234); from the DFA's edges where the position
+        # construction gave them (the table of a large skeleton, states x key runs, is mostly missing)
+        if isinstance(dfa, glushkov.CharEdges):
+            minimal = minimal_edges(dfa.num_states, dfa.num_classes, dfa.sources, dfa.classes, dfa.targets,
+                                    dfa.accepting, 0)
+        else:
+            minimal = minimal_table(*dfa)
         if minimal is None:
             raise EmptyLanguageError("the skeleton accepts no text")
         (class_target, accepting), start = minimal, 0
@@ -898,7 +903,9 @@ _RUNS = range(0xDC00, 0xE000)  # characters that stand for runs in a skeleton's 
 
 
 def _skeleton_dfa(pattern: str, inner_pairs: bytes | None, max_states: int):
-    """``char_dfa`` of a skeleton, and the runs it reads as one character each (character -> its text): every
+    """``char_dfa`` of a skeleton — as ``glushkov.CharEdges`` where the position construction takes it, else the
+    (table, accepting, start) of ``automata.regex.char_dfa`` —, its mapping, and the runs it reads as one character
+    each (character -> its text): every
     maximal run of literal characters in a concatenation whose neighbouring bytes are marked in ``inner_pairs``
     (inside some token: ``_inner_bytes``; with fine cuts, also ASCII letters: ``_inner_letter_bytes``; None: no
     runs). No state inside such a run can be cut, and a skeleton is mostly keys and punctuation: read as runs, a
@@ -907,14 +914,16 @@ def _skeleton_dfa(pattern: str, inner_pairs: bytes | None, max_states: int):
     runs = _Runs(inner_pairs) if inner_pairs is not None and not _RUN_CHARACTER.search(pattern) else None
     tree = parse.read(pattern, runs) if runs is not None else None
     if tree is None:
-        return (*char_dfa(pattern, max_states), {})
+        class_target, accepting, start, mapping = char_dfa(pattern, max_states)
+        return (class_target, accepting, start), mapping, {}
     try:
-        dfa = glushkov.char_dfa(tree, max_states)
+        dfa = glushkov.char_dfa(tree, max_states, edges=True)
     except (RegexError, StateLimitError) as exc:
         raise type(exc)(f"regex {shown(pattern)}: {exc}") from None
     if dfa is None:
-        return (*char_dfa(pattern, max_states), {})
-    return (*dfa, {ch: text for text, ch in runs.runs.items()})
+        class_target, accepting, start, mapping = char_dfa(pattern, max_states)
+        return (class_target, accepting, start), mapping, {}
+    return dfa, dfa.mapping, {ch: text for text, ch in runs.runs.items()}
 
 
 _RUN_CHARACTER = re.compile(f"[{chr(_RUNS[0])}-{chr(_RUNS[-1])}]")

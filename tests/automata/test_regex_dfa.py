@@ -679,3 +679,26 @@ def test_loop_operators_match_what_their_plain_regex_matches():
         nullable, chars = glushkov.first_characters(glushkov.read_tree(pattern, 10_000))
         assert nullable == bool(dfa.accepting[dfa.start])
         assert chars == {chr(b) for b in range(128) if dfa.transitions[dfa.start, b] >= 0}
+
+
+def test_minimising_from_edges_gives_the_tables_minimal_dfa():
+    """``minimal_edges`` (a skeleton's DFA given by its transitions, never laid out as a table) returns what
+    ``minimal_table`` returns for the same DFA as a table — the same minimal table, numbered breadth-first, and the
+    same representatives — on random partial DFAs, the empty language included."""
+    from automata.dfa import minimal_edges, minimal_table
+
+    rng = np.random.default_rng(0)
+    empty = 0
+    for _ in range(2000):
+        n, k = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+        table = np.where(rng.random((n, k)) < rng.random(), rng.integers(0, n, (n, k)), MISSING).astype(np.int32)
+        accepting = rng.random(n) < 0.3
+        start = int(rng.integers(0, n))
+        sources, symbols = np.nonzero(table >= 0)
+        expected = minimal_table(table, accepting, start)
+        found = minimal_edges(n, k, sources, symbols, table[sources, symbols], accepting, start)
+        empty += expected is None
+        assert (found is None) == (expected is None)
+        if expected is not None:
+            assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1])
+    assert 0 < empty < 2000
