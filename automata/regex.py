@@ -32,6 +32,7 @@ from automata import glushkov
 from automata.budget import CompileBudgetError, checkpoint
 from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
+from automata.parse import syntax_positions
 
 __all__ = ["from_regex", "from_regex_exits", "exit_marker"]
 
@@ -145,8 +146,6 @@ def _spliced_exits(pattern: str, max_states: int) -> tuple[DFA, np.ndarray, list
 def _top_level_groups(pattern: str) -> list[tuple[int, int]]:
     """(start, end) of each group at the pattern's top level, in order; empty where the top level has an
     alternation (the pattern is no concatenation)."""
-    from automata.parse import syntax_positions
-
     groups, depth, start = [], 0, 0
     for i in syntax_positions(pattern):
         c = pattern[i]
