@@ -80,7 +80,8 @@ def compile_schema(schema, canonical, *, style: str = "json", strict: bool = Fal
     (``product.runtime.lazy.LazyGuide``; fragments with counted repetitions excepted), each when the text first
     enters it, and kept in memory only: a new schema's compile is then its skeleton and first fragment, and a
     state's first visit costs up to a few milliseconds, entering a fragment its DFA (docs/design.md, "Liveness
-    decided locally"; ``advance`` raises ``StateLimitError`` where that DFA is past ``max_states``).
+    decided locally"; ``advance`` raises ``StateLimitError`` where that DFA is past ``max_states``, and
+    ``FragmentTooLongError`` where a YAML fragment whose text goes on past a cut is too long to write).
 
     Raises ``UnsupportedSchemaError`` (a keyword not compiled exactly; ``.keyword`` and ``.pointer`` name it),
     ``SchemaError`` (a malformed schema, or one no instance satisfies), and ``compile_regex``'s errors.
