@@ -26,9 +26,9 @@ import functools
 
 import numpy as np
 from interegular.fsm import anything_else
-from interegular.patterns import InvalidSyntax, Unsupported
+from interegular.patterns import InvalidSyntax, Pattern, Unsupported, _CharGroup, _Concatenation
 
-from automata import glushkov
+from automata import glushkov, parse
 from automata.budget import CompileBudgetError, checkpoint
 from automata.dfa import DFA, MISSING, Alphabet, unique_rows
 from automata.errors import EmptyLanguageError, RegexError, StateLimitError
@@ -83,9 +83,11 @@ def from_regex_exits(pattern: str, *, max_states: int = 200_000) -> tuple[DFA, n
     markers (alternatives that overlap): ``exit_sets[exit_of[q]]`` lists the exits of an accepting state ``q``
     (``exit_of[q]`` is -1 elsewhere). States with different exit sets are never merged, so a reader of the DFA
     knows where each accepted string may leave. (``product.stitched`` cuts constraints into fragments this way:
-    each exit is a point where the next fragment starts.)
+    each exit is a point where the next fragment starts.) Two shapes of fragment skip the position construction:
+    a long leaf between a prefix and the exits (``_spliced_exits``) and a finite set of literal texts
+    (``_literal_exits``).
     """
-    spliced = _spliced_exits(pattern, max_states)
+    spliced = _spliced_exits(pattern, max_states) or _literal_exits(pattern)
     if spliced is not None:
         return spliced
     class_target, accepting, start, mapping = char_dfa(pattern, max_states)
@@ -141,6 +143,72 @@ def _spliced_exits(pattern: str, max_states: int) -> tuple[DFA, np.ndarray, list
         return None
     exit_of = np.concatenate([np.full(dfa.num_states, -1, dtype=np.int64), tail_exit_of])
     return joined, exit_of, exit_sets
+
+
+_MAX_LITERAL_TEXTS = 256  # texts of a finite pattern built as a trie (``_literal_exits``), at most
+
+
+def _literal_exits(pattern: str) -> tuple[DFA, np.ndarray, list[tuple[int, ...]]] | None:
+    """``from_regex_exits`` of a pattern that is a finite set of literal texts, each ending with its exit markers (a
+    fragment of required keys, an enum's values and the punctuation after them: more than half of those a
+    first-sight walk enters), as the trie of the texts' bytes, minimised as ``from_regex_exits`` minimises: no
+    position construction. None for any other pattern."""
+    if len(pattern) > 4 * _MAX_LITERAL_TEXTS:
+        return None
+    tree = parse.read(pattern)
+    texts = None if tree is None else _texts(tree)
+    if not texts:
+        return None
+    ends: dict[bytes, set[int]] = {}
+    for text in texts:  # (each alternative ends with one marker: the regexes product.stitched writes)
+        body, marker = text[:-1], text[-1:]
+        if not marker or not is_exit_marker(marker) or any(is_exit_marker(c) for c in body):
+            return None
+        ends.setdefault(body.encode("utf-8", "surrogatepass"), set()).add(ord(marker) - _EXIT_BASE)
+    children: list[dict[int, int]] = [{}]
+    exits_at: dict[int, tuple[int, ...]] = {}
+    for encoded, exits in ends.items():
+        node = 0
+        for byte in encoded:
+            node = children[node].setdefault(byte, len(children))
+            if node == len(children):
+                children.append({})
+        exits_at[node] = tuple(sorted(exits))
+    table = np.full((len(children), 256), MISSING, dtype=np.int32)
+    for node, edges in enumerate(children):
+        for byte, child in edges.items():
+            table[node, byte] = child
+    exit_sets = sorted(set(exits_at.values()))
+    exit_of = np.full(len(children), -1, dtype=np.int64)
+    for node, exits in exits_at.items():
+        exit_of[node] = exit_sets.index(exits)
+    dfa, exit_of = DFA(table, exit_of >= 0, 0, Alphabet.bytes()).minimise_labelled(exit_of)
+    return dfa, exit_of, exit_sets
+
+
+def _texts(node) -> list[str] | None:
+    """The texts of a tree of single characters, concatenations and alternations (None: anything else, or more
+    than ``_MAX_LITERAL_TEXTS``)."""
+    kind = type(node)
+    if kind is _CharGroup:
+        return [next(iter(node.chars))] if len(node.chars) == 1 and not node.negated else None
+    if kind is _Concatenation:
+        texts = [""]
+        for part in node.parts:
+            found = _texts(part)
+            if found is None or len(texts) * len(found) > _MAX_LITERAL_TEXTS:
+                return None
+            texts = [a + b for a in texts for b in found]
+        return texts
+    if kind is Pattern and not node.added_flags and not node.removed_flags:
+        texts = []
+        for option in node.options:
+            found = _texts(option)
+            if found is None or len(texts) + len(found) > _MAX_LITERAL_TEXTS:
+                return None
+            texts += found
+        return texts
+    return None
 
 
 def _top_level_groups(pattern: str) -> list[tuple[int, int]]:

@@ -702,3 +702,33 @@ def test_minimising_from_edges_gives_the_tables_minimal_dfa():
         if expected is not None:
             assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1])
     assert 0 < empty < 2000
+
+
+def test_a_finite_set_of_literal_texts_with_exits_builds_the_same_dfa_as_the_position_construction(monkeypatch):
+    """``from_regex_exits`` of literal texts each ending with an exit marker (required keys, enum values and the
+    punctuation after them) is built as a trie (``_literal_exits``): the same minimal DFA, and each state the same
+    exits, as the position construction's; patterns with a class or a repetition are left to it."""
+    import random
+
+    from automata import regex as regex_module
+    from automata.regex import exit_marker, from_regex_exits
+
+    rng = random.Random(1)
+    words = ["a", "ab", "abc", "b", "ünï", '"k":', ", ", "}", "]}", "x y"]
+    for _ in range(200):
+        options = []
+        for _ in range(rng.randint(1, 6)):
+            text = "".join(rng.choice(words) for _ in range(rng.randint(0, 3)))
+            options.append(re.escape(text) + exit_marker(rng.randint(0, 4)))
+        pattern = "(?:" + "|".join(options) + ")"
+        if rng.random() < 0.3:  # a literal prefix, then the alternatives
+            pattern = re.escape(rng.choice(words)) + pattern
+        fast = regex_module._literal_exits(pattern)
+        assert fast is not None, pattern
+        monkeypatch.setattr(regex_module, "_literal_exits", lambda p: None)
+        whole = from_regex_exits(pattern)
+        monkeypatch.undo()
+        assert np.array_equal(fast[0].transitions, whole[0].transitions) and fast[0].start == whole[0].start
+        assert [fast[2][i] if i >= 0 else None for i in fast[1]] == [whole[2][i] if i >= 0 else None for i in whole[1]]
+    assert regex_module._literal_exits("(?:a[bc]" + exit_marker(1) + ")") is None
+    assert regex_module._literal_exits("(?:ab*" + exit_marker(1) + ")") is None
