@@ -600,7 +600,7 @@ class _Crossing:
             self.in_edges.setdefault(b, []).append((strings, a))
         self._after: dict[int, int | None] = {}  # token -> the open contexts after it, as bits (``_contexts_after``)
         self._steps: dict[int, list[int] | tuple] = {}  # byte -> per open context, the contexts after it (``_step``)
-        self._window_of: dict[tuple[int, int], np.ndarray] = {}  # (``_windows``)
+        self._window_of: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}  # (``_windows``)
 
     def crossed(self, q: int, pairs_q: list[tuple[int, int]]) -> bool:
         pair_starts = self.occurrences[1]
@@ -654,12 +654,14 @@ class _Crossing:
         allowed = np.ones((2 * _SIEVE, 257), dtype=bool)  # [distance, byte]; byte 256: outside the token
         allowed[:_SIEVE, :256] = self._bytes_at(q, 1)
         allowed[_SIEVE:, :256] = self._bytes_at(q, -1)
-        return allowed[np.arange(2 * _SIEVE), self._windows(lo, hi)].all(axis=1)
+        windows, of_place = self._windows(lo, hi)
+        return allowed[np.arange(2 * _SIEVE), windows].all(axis=1)[of_place]
 
     def _windows(self, lo: int, hi: int) -> np.ndarray:
-        """int16 [hi - lo, 2 * _SIEVE]: the bytes of the tokens of places ``lo:hi`` (one byte pair's) at distances
-        1.._SIEVE after the pair's second byte, then before its first (256 outside the token); kept per pair (a
-        skeleton's candidate states have a few pairs, each met at thousands of states)."""
+        """(int16 [windows, 2 * _SIEVE], the window of each place): the bytes of the tokens of places ``lo:hi`` (one
+        byte pair's) at distances 1.._SIEVE after the pair's second byte, then before its first (256 outside the
+        token), each distinct window once (runs of spaces share theirs); kept per pair (a skeleton's candidate
+        states have a few pairs, each met at thousands of states)."""
         found = self._window_of.get((lo, hi))
         if found is None:
             at, tokens = self.at_array[lo:hi], self.token_array[lo:hi]
@@ -668,8 +670,9 @@ class _Crossing:
             after, before = at[:, None] + 1 + d[None, :], at[:, None] - d[None, :]
             pos = np.concatenate([after, before], axis=1)
             inside = np.concatenate([after < end[:, None], before >= begin[:, None]], axis=1)
-            found = np.where(inside, self.blob_array[np.clip(pos, 0, len(self.blob_array) - 1)], 256)
-            found = self._window_of[lo, hi] = found.astype(np.int16)
+            read = self.blob_array[np.clip(pos, 0, len(self.blob_array) - 1)].astype(np.int16)  # (room for 256)
+            windows, of_place = np.unique(np.where(inside, read, np.int16(256)), axis=0, return_inverse=True)
+            found = self._window_of[lo, hi] = windows, of_place.ravel()
         return found
 
     def _bytes_at(self, q: int, direction: int) -> list[np.ndarray]:
