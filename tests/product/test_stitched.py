@@ -186,6 +186,32 @@ def test_yaml_lines_are_cut_where_no_token_holding_their_bytes_fits(monkeypatch)
                    "a:\n  b:\n   ": True, "a:\n  b:\n    c:": True}
 
 
+@pytest.mark.parametrize("name", ["llama3", "gpt2"])
+def test_the_crossing_sieve_keeps_every_place_a_token_fits(name):
+    """``_Crossing``'s sieve only narrows the places tried (a token's bytes near the pair must be readable there):
+    every place of a byte pair that the full test finds a token fitting across a state is one the sieve keeps, on
+    a YAML skeleton's states (the windows once held 0 instead of "outside the token" and threw such places away)."""
+    from product.compiler.skeleton import _Crossing
+
+    canonical = automaton_of(name)
+    skeleton = Skeleton(r"a:\n  b:\n    c: \{\}\n  d: \[\]\n  - 2\ne: 3", {}, canonical, 10_000, fine_cuts=True)
+    edges = [(q, c, t) for q, into in enumerate(skeleton._classes_into) for t, cs in into.items() for c in cs]
+    test = _Crossing(skeleton, edges, canonical)
+    starts = test.occurrences[1]
+    checked = fitting = 0
+    for q in range(len(skeleton.accepting)):
+        for x, y in [(32, 32), (10, 32), (ord(":"), 10), (ord("{"), ord("}")), (ord(":"), 32), (ord("-"), 32)]:
+            lo, hi = int(starts[x * 256 + y]), int(starts[x * 256 + y + 1])
+            hi = min(hi, lo + 400)
+            keep = test._may_fit(q, lo, hi)
+            for k in range(lo, hi):
+                fits = test._fits(q, [k])
+                checked += 1
+                fitting += fits
+                assert keep[k - lo] or not fits, (q, chr(x), chr(y), k)
+    assert fitting > 0 and checked > fitting
+
+
 def test_a_long_leaf_after_a_chain_of_states_is_written_once():
     """A fragment's regex is its longest state's text; a chain of uncut states before a long leaf holds the leaf's
     text once, not once per state (the limit counted each state's text, 40 x 6k characters here, and refused it
