@@ -308,6 +308,7 @@ class LazyGuide(Guide):
         arrays += [a for rows in self._state_rows.values() for a in rows]
         arrays += [a for descriptor, held in self._descriptors.values() for a in (descriptor, *held)]
         arrays += [self._table, self._break, *self._slabs, self._cache.record]
+        arrays += [] if self._wide is None else [self._wide]  # (``_wide_table``, once a cycle was asked for)
         return int(sum(a.nbytes for a in arrays))
 
     # ---- nodes ----------------------------------------------------------------------------------------------
