@@ -287,15 +287,7 @@ def _coreachable(transitions, accepting):
     """Backward search from the accepting states over their predecessor lists."""
     n, k = transitions.shape
     source, start = group_by(transitions.ravel(), np.repeat(np.arange(n), k), n)
-    seen = accepting.copy()
-    stack = [s for s in range(n) if accepting[s]]
-    while stack:
-        t = stack.pop()
-        for i in range(start[t], start[t + 1]):
-            if not seen[source[i]]:
-                seen[source[i]] = True
-                stack.append(source[i])
-    return seen
+    return _search(np.flatnonzero(accepting), source, start, n)
 
 
 @njit(**_KERNEL)
@@ -351,15 +343,7 @@ def _minimal(transitions, accepting, key, start):
         for d in range(num_distinct):
             t = transitions[old_id[s], distinct[d]]
             table[s, d] = new_id[t] if t >= 0 else -1
-    # the first partition: states by key, in dense ids
-    block = np.empty(m, dtype=np.int64)
-    order = np.argsort(key[old_id], kind="mergesort")
-    count = -1
-    for r in range(m):
-        if r == 0 or key[old_id[order[r]]] != key[old_id[order[r - 1]]]:
-            count += 1
-        block[order[r]] = count
-    block, num_blocks = _coarsest(table, block)
+    block, num_blocks = _coarsest(table, _key_blocks(key[old_id]))
     # the block DFA over every symbol, renumbered breadth-first from the start's block
     representative = np.empty(num_blocks, dtype=np.int64)
     for s in range(m):
@@ -369,13 +353,33 @@ def _minimal(transitions, accepting, key, start):
         for j in range(k):
             t = transitions[representative[b], j]
             blocks[b, j] = block[new_id[t]] if t >= 0 and new_id[t] >= 0 else -1
-    perm = bfs_order(blocks, block[new_id[start]], blocks.shape[0])
-    renumber = np.empty(num_blocks, dtype=np.int32)
+    return _breadth_first(blocks, block[new_id[start]], representative)
+
+
+@njit(**_KERNEL)
+def _key_blocks(keys):
+    """The first partition of a minimisation: the states (dense ids) numbered by their key, in key order."""
+    block = np.empty(len(keys), dtype=np.int64)
+    order = np.argsort(keys, kind="mergesort")
+    count = -1
+    for r in range(len(keys)):
+        if r == 0 or keys[order[r]] != keys[order[r - 1]]:
+            count += 1
+        block[order[r]] = count
+    return block
+
+
+@njit(**_KERNEL)
+def _breadth_first(blocks, start_block, representative):
+    """The minimal DFA's (table, representative) from its block table: blocks renumbered breadth-first from the
+    start's block, successors in symbol order, those it does not reach dropped."""
+    perm = bfs_order(blocks, start_block, blocks.shape[0])
+    renumber = np.empty(blocks.shape[0], dtype=np.int32)
     for i in range(len(perm)):
         renumber[perm[i]] = i
-    out = np.empty((len(perm), k), dtype=np.int32)
+    out = np.empty((len(perm), blocks.shape[1]), dtype=np.int32)
     for i in range(len(perm)):
-        for j in range(k):
+        for j in range(blocks.shape[1]):
             t = blocks[perm[i], j]
             out[i, j] = renumber[t] if t >= 0 else -1
     return out, representative[perm]
@@ -502,24 +506,9 @@ def _coarsest_edges(n, k, tail, label, head, block):
 
 
 @njit(**_KERNEL)
-def _csr(keys, num_keys):
-    """Indices of ``keys`` grouped by key (stable): key k's are ``order[starts[k]:starts[k + 1]]``."""
-    starts = np.zeros(num_keys + 1, dtype=np.int64)
-    for x in keys:
-        starts[x + 1] += 1
-    for x in range(num_keys):
-        starts[x + 1] += starts[x]
-    fill = starts[:-1].copy()
-    order = np.empty(len(keys), dtype=np.int64)
-    for i in range(len(keys)):
-        order[fill[keys[i]]] = i
-        fill[keys[i]] += 1
-    return order, starts
-
-
-@njit(**_KERNEL)
-def _search(seeds, starts, order, far, n):
-    """States reached from ``seeds`` along the edges grouped by ``starts``/``order`` to their ``far`` ends."""
+def _search(seeds, neighbours, starts, n):
+    """States reached from ``seeds`` along ``group_by``'s lists: state s's neighbours
+    ``neighbours[starts[s]:starts[s + 1]]``."""
     seen = np.zeros(n, dtype=np.bool_)
     stack = np.empty(n, dtype=np.int64)
     top = 0
@@ -532,7 +521,7 @@ def _search(seeds, starts, order, far, n):
         top -= 1
         s = stack[top]
         for i in range(starts[s], starts[s + 1]):
-            t = far[order[i]]
+            t = neighbours[i]
             if not seen[t]:
                 seen[t] = True
                 stack[top] = t
@@ -543,11 +532,10 @@ def _search(seeds, starts, order, far, n):
 @njit(**_KERNEL)
 def _minimal_edges(n, k, sources, symbols, targets, accepting, key, start):
     """``_minimal`` of a DFA given by its edges (``minimal_edges``): the same (table, representative)."""
-    out_order, out_starts = _csr(sources, n)
-    in_order, in_starts = _csr(targets, n)
-    reach = _search(np.array([start], dtype=np.int64), out_starts, out_order, targets, n)
-    finals = np.flatnonzero(accepting)
-    useful = reach & _search(finals, in_starts, in_order, sources, n)
+    successors, out_starts = group_by(sources, targets, n)
+    predecessors, in_starts = group_by(targets, sources, n)
+    reach = _search(np.array([start], dtype=np.int64), successors, out_starts, n)
+    useful = reach & _search(np.flatnonzero(accepting), predecessors, in_starts, n)
     if not useful[start]:
         return np.empty((0, k), dtype=np.int32), np.empty(0, dtype=np.int64)
     new_id = np.full(n, -1, dtype=np.int64)
@@ -556,31 +544,14 @@ def _minimal_edges(n, k, sources, symbols, targets, accepting, key, start):
         new_id[old_id[i]] = i
     kept = np.flatnonzero(useful[sources] & useful[targets])
     tails, heads, labels = new_id[sources[kept]], new_id[targets[kept]], symbols[kept]
-    m = len(old_id)
-    block = np.empty(m, dtype=np.int64)  # the first partition: states by key, in dense ids
-    order = np.argsort(key[old_id], kind="mergesort")
-    count = -1
-    for r in range(m):
-        if r == 0 or key[old_id[order[r]]] != key[old_id[order[r - 1]]]:
-            count += 1
-        block[order[r]] = count
-    block, num_blocks = _coarsest_edges(m, k, tails, labels, heads, block)
+    block, num_blocks = _coarsest_edges(len(old_id), k, tails, labels, heads, _key_blocks(key[old_id]))
     representative = np.empty(num_blocks, dtype=np.int64)
     for s in range(len(old_id)):
         representative[block[s]] = old_id[s]
     blocks = np.full((num_blocks, k), -1, dtype=np.int32)
     for e in range(len(tails)):
         blocks[block[tails[e]], labels[e]] = block[heads[e]]
-    perm = bfs_order(blocks, block[new_id[start]], blocks.shape[0])
-    renumber = np.empty(num_blocks, dtype=np.int32)
-    for i in range(len(perm)):
-        renumber[perm[i]] = i
-    out = np.empty((len(perm), k), dtype=np.int32)
-    for i in range(len(perm)):
-        for j in range(k):
-            t = blocks[perm[i], j]
-            out[i, j] = renumber[t] if t >= 0 else -1
-    return out, representative[perm]
+    return _breadth_first(blocks, block[new_id[start]], representative)
 
 
 @njit(**_KERNEL)

@@ -302,32 +302,19 @@ def plain(pattern: str) -> str:
     if LOOP not in pattern and LOOP_AFTER not in pattern:
         return pattern
     closing = _closing_parentheses(pattern)
-    out, i = [], 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\":
-            out.append(pattern[i:i + 2])
-            i += 2
+    out, done = [], 0
+    for i in syntax_positions(pattern):
+        if i < done or pattern[i] not in (LOOP, LOOP_AFTER):
             continue
-        if c == "[":  # a class, whole (its ']' first or after '^' is a member)
-            end = i + 1 + pattern.startswith("^", i + 1)
-            end += pattern.startswith("]", end)
-            while pattern[end] != "]":
-                end += 2 if pattern[end] == "\\" else 1
-            out.append(pattern[i:end + 1])
-            i = end + 1
-            continue
-        if c != LOOP and c != LOOP_AFTER:
-            out.append(c)
-            i += 1
-            continue
-        groups, i = [], i + 1
-        for _ in range(2 if c == LOOP else 3):
-            end = closing[i]
-            groups.append(plain(pattern[i:end + 1]))
-            i = end + 1
+        out.append(pattern[done:i])
+        groups, done = [], i + 1
+        for _ in range(2 if pattern[i] == LOOP else 3):
+            end = closing[done]
+            groups.append(plain(pattern[done:end + 1]))
+            done = end + 1
         *head, item, sep = groups
         out.append(f"(?:{'(?:' + head[0] + '|' + item + ')' if head else item}(?:{sep}{item})*)")
+    out.append(pattern[done:])
     return "".join(out)
 
 

@@ -126,7 +126,7 @@ def _spliced_exits(pattern: str, max_states: int) -> tuple[DFA, np.ndarray, list
         return None
     (leaf_start, leaf_end), (exits_start, _) = groups[-2], groups[-1]
     head = pattern[:exits_start]
-    if leaf_end - leaf_start < _SPLICE_MIN_LEAF or any(0xDC00 <= ord(c) <= 0xDFFF for c in head):
+    if leaf_end - leaf_start < _SPLICE_MIN_LEAF or any(is_exit_marker(c) for c in head):
         return None
     try:
         leaf = _leaf_dfa(pattern[leaf_start:leaf_end], max_states)

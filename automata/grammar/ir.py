@@ -230,30 +230,26 @@ class Grammar:
 
 def references(expr: Expr) -> Iterator[Ref]:
     """Every ``Ref`` inside ``expr``, in writing order."""
-    if isinstance(expr, Ref):
-        yield expr
-    elif isinstance(expr, Sequence):
-        for item in expr.items:
-            yield from references(item)
-    elif isinstance(expr, Choice):
-        for option in expr.options:
-            yield from references(option)
-    elif isinstance(expr, Repeat):
-        yield from references(expr.item)
+    return _leaves(expr, Ref)
 
 
 def regexes(expr: Expr) -> Iterator[Regex]:
     """Every ``Regex`` inside ``expr``, in writing order."""
-    if isinstance(expr, Regex):
+    return _leaves(expr, Regex)
+
+
+def _leaves(expr: Expr, kind: type) -> Iterator:
+    """Every expression of type ``kind`` inside ``expr``, in writing order."""
+    if isinstance(expr, kind):
         yield expr
     elif isinstance(expr, Sequence):
         for item in expr.items:
-            yield from regexes(item)
+            yield from _leaves(item, kind)
     elif isinstance(expr, Choice):
         for option in expr.options:
-            yield from regexes(option)
+            yield from _leaves(option, kind)
     elif isinstance(expr, Repeat):
-        yield from regexes(expr.item)
+        yield from _leaves(expr.item, kind)
 
 
 def derives_empty(expr: Expr, nullable: set[str]) -> bool:

@@ -916,14 +916,11 @@ def _skeleton_dfa(pattern: str, inner_pairs: bytes | None, max_states: int):
     minimising, cutting, writing fragments) work per position or state."""
     runs = _Runs(inner_pairs) if inner_pairs is not None and not _RUN_CHARACTER.search(pattern) else None
     tree = parse.read(pattern, runs) if runs is not None else None
-    if tree is None:
-        class_target, accepting, start, mapping = char_dfa(pattern, max_states)
-        return (class_target, accepting, start), mapping, {}
     try:
-        dfa = glushkov.char_dfa(tree, max_states, edges=True)
+        dfa = None if tree is None else glushkov.char_dfa(tree, max_states, edges=True)
     except (RegexError, StateLimitError) as exc:
         raise type(exc)(f"regex {shown(pattern)}: {exc}") from None
-    if dfa is None:
+    if dfa is None:  # (no runs, or syntax the position construction leaves out)
         class_target, accepting, start, mapping = char_dfa(pattern, max_states)
         return (class_target, accepting, start), mapping, {}
     return dfa, dfa.mapping, {ch: text for text, ch in runs.runs.items()}

@@ -478,16 +478,33 @@ def test_nodes_with_one_future_share_their_rows_across_guides(tokenizer, monkeyp
     assert second_served == first_served and second_built < min(first_built, second_served)  # (the body's: shared)
 
 
-@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3", "qwen3"])
-def test_nodes_on_one_cycle_share_what_stays_in_it(tokenizer, monkeypatch):
-    """A free string's body followed by texts no other guide had (``_Cycle``): the tokens staying in the body are
-    shared by the body's cycle and context, so a later guide does not walk the vocabulary from the body — it reads
-    only the tokens leaving it — and its masks are still the eager guide's, along the text and along random walks."""
+def _rows_walked(monkeypatch) -> list[int]:
+    """The regex states whose rows lazy guides walk the vocabulary for, recorded from now on, with a fresh table of
+    shared rows for this test alone."""
     walked: list[int] = []
     build_row = LazyGuide._build_row
     monkeypatch.setattr(LazyGuide, "_build_row", lambda self, q: (walked.append(q), build_row(self, q))[1])
     store = lazy_module._SharedRows()
     monkeypatch.setattr(lazy_module, "_shared_rows", lambda canonical: store)
+    return walked
+
+
+def _same_along_text(eager, lazy, ids: list[int]) -> None:
+    """The lazy guide's masks equal the eager guide's before every token of ``ids`` and after them, where the text
+    ends."""
+    state, reference = lazy.initial_state, eager.initial_state
+    for token in ids:
+        assert np.array_equal(eager.allowed(reference), lazy.allowed(state))
+        state, reference = lazy.advance(state, token), eager.advance(reference, token)
+    assert np.array_equal(eager.allowed(reference), lazy.allowed(state)) and lazy.is_accepting(state)
+
+
+@pytest.mark.parametrize("tokenizer", ["gpt2", "llama3", "qwen3"])
+def test_nodes_on_one_cycle_share_what_stays_in_it(tokenizer, monkeypatch):
+    """A free string's body followed by texts no other guide had (``_Cycle``): the tokens staying in the body are
+    shared by the body's cycle and context, so a later guide does not walk the vocabulary from the body — it reads
+    only the tokens leaving it — and its masks are still the eager guide's, along the text and along random walks."""
+    walked = _rows_walked(monkeypatch)
     rng = np.random.default_rng(5)
     body = r'"([^"\\]|\\["\\/bfnrt])*"'
     text = '{"x": "a free text, with ünïcode, a \\" and more"'
@@ -495,11 +512,7 @@ def test_nodes_on_one_cycle_share_what_stays_in_it(tokenizer, monkeypatch):
         pattern = r'\{"x": ' + body + re.escape(closing)
         eager, lazy = _pair(tokenizer, pattern)
         walked.clear()
-        state, reference = lazy.initial_state, eager.initial_state
-        for token in runtime_of(tokenizer).encode(text + closing, add_special_tokens=False).ids:
-            assert np.array_equal(eager.allowed(reference), lazy.allowed(state))
-            state, reference = lazy.advance(state, token), eager.advance(reference, token)
-        assert np.array_equal(eager.allowed(reference), lazy.allowed(state)) and lazy.is_accepting(state)
+        _same_along_text(eager, lazy, runtime_of(tokenizer).encode(text + closing, add_special_tokens=False).ids)
         inside = lazy._dfa.run(list(b'{"x": "'), lazy._dfa.start)
         assert lazy._cycle(inside) is not None
         assert (inside in walked) == (i == 0), (i, walked)
@@ -514,11 +527,7 @@ def test_a_key_inside_a_loop_of_members_shares_the_string_bodys_cycle(tokenizer,
     string value's body left in another guide: the key's body walks no vocabulary, and the masks stay the eager
     guide's along the text and along random walks (tokens holding a quote or a backslash may leave the body and come
     back: read by each guide)."""
-    walked: list[int] = []
-    build_row = LazyGuide._build_row
-    monkeypatch.setattr(LazyGuide, "_build_row", lambda self, q: (walked.append(q), build_row(self, q))[1])
-    store = lazy_module._SharedRows()
-    monkeypatch.setattr(lazy_module, "_shared_rows", lambda canonical: store)
+    walked = _rows_walked(monkeypatch)
     rng = np.random.default_rng(7)
     body = r'"([^"\\]|\\["\\/bfnrt])*"'
     value = r'\{"x": ' + body + r'\}'
@@ -528,11 +537,7 @@ def test_a_key_inside_a_loop_of_members_shares_the_string_bodys_cycle(tokenizer,
     for i, pattern in enumerate([value, members]):
         eager, lazy = _pair(tokenizer, pattern)
         walked.clear()
-        state, reference = lazy.initial_state, eager.initial_state
-        for token in runtime_of(tokenizer).encode(texts[pattern], add_special_tokens=False).ids:
-            assert np.array_equal(eager.allowed(reference), lazy.allowed(state))
-            state, reference = lazy.advance(state, token), eager.advance(reference, token)
-        assert np.array_equal(eager.allowed(reference), lazy.allowed(state)) and lazy.is_accepting(state)
+        _same_along_text(eager, lazy, runtime_of(tokenizer).encode(texts[pattern], add_special_tokens=False).ids)
         inside = lazy._dfa.run(list(b'{"x": "' if i == 0 else b'{"'), lazy._dfa.start)
         cycle = lazy._cycle(inside)
         assert cycle is not None and len(cycle.order) < 8  # (the body and its characters' continuation bytes)
